@@ -1,0 +1,37 @@
+# The two set-up commands: `make demo` and `make test`. Both create .venv when missing and are idempotent.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kvplan-installed
+
+.PHONY: demo test test-fast vllm-env bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the project's metadata changes (editable install: source edits need no reinstall).
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 8192
+	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 2048 --compact
+
+vllm-env:
+	bash scripts/vllm-test-env
+
+# Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
+test: $(STAMP) vllm-env
+	$(PY) -m pytest
+
+# Everything but the tests that need the real vLLM server.
+test-fast: $(STAMP)
+	KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
+
+bench: $(STAMP)
+	$(PY) benchmarks/plan_startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,229 @@
+"""The ``kvplan`` command line: parse arguments, call the library, render. Nothing else lives here.
+
+Flags are named as vLLM names them so a ``vllm serve`` line can be pasted in. Usage errors exit
+with code 2 and one line on stderr; the renderers import rich only when a table is printed, to
+keep ``kvplan plan --format json`` fast.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="kvplan: vLLM-exact GPU memory and KV-cache planning.")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+def human_int(text: str, what: str, allow_auto: bool = False) -> int:
+    """vLLM's human_readable_int: '32k' = 32,000, '32K' = 32,768; 'auto'/-1 where allowed."""
+    raw = text.strip()
+    if allow_auto and raw.lower() in ("auto", "-1"):
+        return -1
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        if raw and raw[-1] in units:
+            return int(float(raw[:-1]) * units[raw[-1]])
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{what}: cannot read {text!r} as a number (e.g. 8192, 32k, 32K"
+                         f"{', auto' if allow_auto else ''})") from None
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"kvplan: error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command("plan")
+def plan_cmd(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (see `kvplan gpus`)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU as CUDA reports it, e.g. 79.19GiB."),
+    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
+    dtype: str = typer.Option("auto", "--dtype"),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
+    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768, auto = fit the cache."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
+    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Follow this vLLM version's rules (default 0.33)."),
+    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given), as vLLM's 'Available KV cache memory'."),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU."),
+    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
+    from_log: Optional[Path] = typer.Option(None, "--from-log", help="A vLLM start-up log: use its measured KV memory and flags."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
+    fmt: Format = typer.Option(Format.table, "--format", "-f"),
+    compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
+) -> None:
+    """Exact vLLM memory and KV-cache accounting: will it start, how many requests fit, what to run."""
+    from ..hardware import custom_gpu, find_gpu, parse_size
+    from ..memory import PlanRequest, plan
+    from ..memory.compare import compare_with_log
+    from ..models import load_model
+
+    try:
+        log = None
+        flags_from_log: dict = {}
+        if from_log is not None:
+            from ..memory.startup_log import read_startup_log
+
+            log = read_startup_log(from_log)
+            flags_from_log = log.args
+            model = model or log.model
+            vllm_version = vllm_version or log.vllm_version
+        if not model:
+            raise UsageError("--model is required (or a --from-log whose args name the model)")
+        spec = load_model(model)
+        if gpu_memory:
+            g = custom_gpu(parse_size(gpu_memory, "--gpu-memory"), name=gpu or f"{gpu_memory} GPU")
+        elif gpu:
+            g = find_gpu(gpu)
+        elif log is not None and log.total_gpu_memory_gib:
+            g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "GPU from log")
+        elif device == "cpu":
+            g = custom_gpu(parse_size("16GiB"), "CPU")
+        else:
+            raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
+
+        def pick(name, value, default=None):
+            return value if value is not None and value != default else flags_from_log.get(name, value)
+
+        kv_bytes = None
+        source = "kv_cache_memory"
+        if kv_cache_memory_bytes:
+            kv_bytes = human_int(kv_cache_memory_bytes, "--kv-cache-memory-bytes")
+        elif kv_cache_memory:
+            kv_bytes = parse_size(kv_cache_memory, "--kv-cache-memory")
+        elif log is not None and log.available_kv_bytes is not None:
+            kv_bytes, source = log.available_kv_bytes, "log"
+        mml = human_int(max_model_len, "--max-model-len", allow_auto=True) if max_model_len else None
+        if mml is None and log is not None:
+            mml = log.max_model_len or flags_from_log.get("max_model_len")
+        mnbt = human_int(max_num_batched_tokens, "--max-num-batched-tokens") if max_num_batched_tokens else \
+            flags_from_log.get("max_num_batched_tokens")
+        req = PlanRequest(
+            model=spec, gpu=g, device=device,
+            tensor_parallel_size=pick("tensor_parallel_size", tensor_parallel_size, 1),
+            pipeline_parallel_size=pick("pipeline_parallel_size", pipeline_parallel_size, 1),
+            data_parallel_size=pick("data_parallel_size", data_parallel_size, 1),
+            dtype=str(pick("dtype", dtype, "auto")),
+            quantization=pick("quantization", quantization),
+            kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype, "auto")),
+            gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization),
+            max_model_len=mml,
+            max_num_seqs=pick("max_num_seqs", max_num_seqs),
+            max_num_batched_tokens=mnbt,
+            block_size=pick("block_size", block_size),
+            enforce_eager=bool(pick("enforce_eager", enforce_eager, False)),
+            vllm_version=vllm_version,
+            kv_cache_memory_bytes=kv_bytes,
+            num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
+            gpus_per_node=gpus_per_node,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+            kv_memory_source=source,
+            measured=None,
+        )
+        result = plan(req)
+        if log is not None:
+            result = compare_with_log(result, req, log)
+    except UsageError as exc:
+        _fail(exc)
+        return
+    _render(result, fmt, compact)
+
+
+def _render(result, fmt: Format, compact: bool) -> None:
+    if fmt is Format.json:
+        from ..report.plan_json import render_json
+
+        sys.stdout.write(render_json(result) + "\n")
+    elif fmt is Format.markdown:
+        from ..report.plan_markdown import render_markdown
+
+        sys.stdout.write(render_markdown(result))
+    else:
+        from ..report.plan_text import render_table
+
+        render_table(result, compact=compact)
+
+
+@app.command("models")
+def models_cmd(search: Optional[str] = typer.Argument(None, help="Filter by substring."),
+               fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None:
+    """List the built-in model catalog."""
+    from ..models import catalog, load_model
+    from ..models.params import count_params
+
+    rows = []
+    for entry in catalog.entries():
+        if search and search.lower() not in (entry.id.lower() + " " + " ".join(entry.aliases)):
+            continue
+        spec = load_model(entry.id)
+        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
+                     "summary": spec.describe()})
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kvplan catalog ({len(rows)} models)")
+    for col in ("id", "aliases", "params", "architecture"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], ", ".join(r["aliases"]), f"{r['params'] / 1e9:.2f}B", r["summary"])
+    Console().print(table)
+
+
+@app.command("gpus")
+def gpus_cmd(fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None:
+    """List the built-in GPU catalog (memory as CUDA reports it)."""
+    from dataclasses import asdict
+
+    from ..hardware import catalog
+
+    rows = [asdict(g) | {"memory_gib": round(g.memory_gib, 2)} for g in catalog()]
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kvplan GPU catalog")
+    for col in ("name", "memory (GiB, CUDA)", "bandwidth GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], f"{r['memory_gib']:.2f}", str(r["bandwidth_gbs"] or "-"), str(r["bf16_tflops"] or "-"),
+                      str(r["fp8_tflops"] or "-"), str(r["interconnect"] or "-"))
+    Console().print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except UsageError as exc:  # raised outside a command body
+        typer.echo(f"kvplan: error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

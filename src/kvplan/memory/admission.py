@@ -1,0 +1,127 @@
+"""vLLM's start-up checks and the exact texts it prints when one fails, per version.
+
+Texts are copied from vLLM's source (shared reference ``vllm-memory-model.md`` §4):
+``_check_enough_kv_cache_memory`` (kv_cache_planning.py / kv_cache_utils.py),
+``_get_and_verify_max_len`` and ``verify_with_parallel_config`` (config/model.py),
+``request_memory`` (v1/worker/utils.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .semantics import VllmSemantics
+
+DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+@dataclass(frozen=True)
+class StartupError:
+    kind: str  # no_kv_memory | max_model_len_too_large | max_model_len_above_derived | tp_heads | free_memory
+    message: str
+    suggested_max_model_len: Optional[int] = None
+
+
+def no_memory_for_cache_blocks(sem: VllmSemantics) -> StartupError:
+    v = sem.version
+    if v >= (0, 33):
+        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
+                "despite its name). " + DOCS)
+    elif v >= (0, 15):
+        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine. " + DOCS)
+    else:
+        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine.")
+    return StartupError("no_kv_memory", text)
+
+
+def max_model_len_too_large(sem: VllmSemantics, max_model_len: int, needed_bytes: int,
+                            available_bytes: int, estimated: int, block_size: int,
+                            num_gpu_blocks: int) -> StartupError:
+    v = sem.version
+    if sem.engine == "V0":
+        text = (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
+                f"that can be stored in KV cache ({block_size * num_gpu_blocks}). Try increasing "
+                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+        return StartupError("max_model_len_too_large", text, estimated)
+    needed, avail = sem.gib(needed_bytes), sem.gib(available_bytes)
+    if v >= (0, 27):
+        estimate = (f" Based on the available memory, the estimated maximum model length is {estimated}."
+                    if estimated > 0 else "")
+        text = (f"To serve at least one request with the model's max seq len ({max_model_len}), ({needed} GiB KV "
+                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).{estimate} "
+                "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+                "decreasing `max_model_len` when initializing the engine. " + DOCS)
+    elif v >= (0, 15):
+        estimate = (f" Based on the available memory, the estimated maximum model length is {estimated}."
+                    if estimated > 0 else "")
+        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
+                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).{estimate} "
+                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+                "engine. " + DOCS)
+    elif v >= (0, 9):
+        estimate = (f"Based on the available memory, the estimated maximum model length is {estimated}."
+                    if estimated > 0 else "")
+        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
+                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB). {estimate} "
+                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+    else:  # 0.8.x V1: a concatenation bug dropped the estimate
+        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
+                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB). Based on the "
+                "available memory,  Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                "initializing the engine.")
+    return StartupError("max_model_len_too_large", text, estimated)
+
+
+def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, derived: int,
+                                model_max_length: Optional[int]) -> StartupError:
+    mml = model_max_length if model_max_length is not None else "None"
+    head = (f"User-specified max_model_len ({user_len}) is greater than the derived max_model_len "
+            f"({key}={derived} or model_max_length={mml} in model's config.json).")
+    if sem.version >= (0, 7):
+        tail = (" To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
+                "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
+                "uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
+                "array out-of-bounds error.")
+    elif sem.version >= (0, 6):
+        tail = (" This may lead to incorrect model outputs or CUDA errors. To allow overriding this maximum, "
+                "set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    else:
+        tail = (" This may lead to incorrect model outputs or CUDA errors. Make sure the value is correct and "
+                "within the model context size.")
+    return StartupError("max_model_len_above_derived", head + tail, derived)
+
+
+def heads_not_divisible(num_heads: int, tp: int) -> StartupError:
+    return StartupError("tp_heads", f"Total number of attention heads ({num_heads}) must be divisible by "
+                                    f"tensor parallel size ({tp}).")
+
+
+def free_memory_below_requested(sem: VllmSemantics, free: int, total: int, util: float, requested: int,
+                                device: str = "cuda:0") -> StartupError:
+    if sem.version >= (0, 15):
+        text = (f"Free memory on device {device} ({sem.gib(free)}/{sem.gib(total)} GiB) on startup is less than "
+                f"desired GPU memory utilization ({util}, {sem.gib(requested)} GiB). Decrease GPU memory "
+                "utilization or reduce GPU memory used by other processes.")
+    else:
+        text = (f"Free memory on device ({round(free / 2**30, 2)}/{round(total / 2**30, 2)} GiB) on startup is less "
+                f"than desired GPU memory utilization ({util}, {round(requested / 2**30, 2)} GiB). Decrease GPU "
+                "memory utilization or reduce GPU memory used by other processes.")
+    return StartupError("free_memory", text)
+
+
+def largest_fitting_len(needed_for: Callable[[int], int], budget: int, upper: int) -> int:
+    """vLLM's binary search: the largest L' in [1, upper] whose KV need fits the budget (0 if none)."""
+    if needed_for(1) > budget:
+        return 0
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if needed_for(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

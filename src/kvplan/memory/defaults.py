@@ -1,0 +1,143 @@
+"""vLLM's defaults that kvplan must resolve before sizing anything: dtypes, max_model_len, the
+batch limits and the block size. Each function names the vLLM code it follows."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import UsageError
+from ..hardware import GIB, Gpu
+from ..models.spec import LinearAttentionState, ModelSpec
+from .admission import StartupError, max_model_len_above_derived
+from .kv_specs import KVDtype
+from .semantics import VllmSemantics
+
+MODEL_DTYPES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
+
+
+def resolve_model_dtype(spec: ModelSpec, requested: str, gpu: Gpu, device: str) -> str:
+    """``vllm/config/model.py::_resolve_auto_dtype``: ``auto`` takes config.json's torch_dtype,
+    but float32 checkpoints are served in bf16 (fp16 on GPUs without bf16, sm < 80)."""
+    if requested not in ("auto", None):
+        name = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(requested, requested)
+        if name not in MODEL_DTYPES:
+            raise UsageError(f"--dtype {requested}: expected auto, float16, bfloat16 or float32")
+        return name
+    dtype = spec.torch_dtype if spec.torch_dtype in MODEL_DTYPES else "bfloat16"
+    if dtype == "float32" and device == "cuda":
+        return "bfloat16" if (gpu.sm or 80) >= 80 else "float16"
+    if dtype == "bfloat16" and device == "cuda" and gpu.sm is not None and gpu.sm < 80:
+        return "float16"
+    return dtype
+
+
+KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+             "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
+
+
+def resolve_kv_dtype(spec: ModelSpec, requested: str, model_dtype: str) -> KVDtype:
+    """``resolve_kv_cache_dtype_string``: ``auto`` is the model dtype unless the checkpoint
+    declares a KV scheme (fp8). fp8 variants store 1 byte per element; ``fp8_ds_mla`` packs a
+    DeepSeek latent into 656 bytes; per-token-head formats add two float32 scales per head."""
+    name = requested or "auto"
+    if name not in KV_DTYPES:
+        raise UsageError(f"--kv-cache-dtype {requested}: expected one of {', '.join(KV_DTYPES)}")
+    if name == "auto" and spec.quantization and spec.quantization.kv_cache_dtype:
+        name = spec.quantization.kv_cache_dtype
+    if name == "auto":
+        return KVDtype(model_dtype, MODEL_DTYPES[model_dtype])
+    if name in ("float16", "bfloat16"):
+        return KVDtype(name, 2)
+    if name == "fp8_ds_mla":
+        if not spec.is_mla:
+            raise UsageError("--kv-cache-dtype fp8_ds_mla is for DeepSeek MLA models only")
+        return KVDtype(name, 1, mla_bytes_per_token=656)
+    if name in ("int8_per_token_head", "fp8_per_token_head"):
+        return KVDtype(name, 1, per_head_extra_bytes=8)
+    if name == "int4_per_token_head":
+        return KVDtype(name, 0.5, per_head_extra_bytes=8)
+    return KVDtype(name, 1)
+
+
+def derive_max_model_len(spec: ModelSpec, sem: VllmSemantics) -> tuple[int, str]:
+    """``_get_and_verify_max_len``: min over the length keys (model_max_length overrides), then
+    RoPE scaling: linear/dynamic multiply by factor; YaRN multiplied
+    original_max_position_embeddings × factor up to 0.27 and is trusted as is in 0.33;
+    llama3/longrope/su never multiply; Gemma-3 skips scaling."""
+    keys = dict(spec.max_len_keys)
+    if "model_max_length" in keys:
+        derived, key = keys["model_max_length"], "model_max_length"
+    elif keys:
+        key = min(keys, key=lambda k: keys[k])
+        derived = keys[key]
+    else:
+        derived, key = 2048, "default"
+    rope = spec.rope_scaling or {}
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "").lower()
+    factor = rope.get("factor")
+    if rope and factor and not spec.model_type.startswith("gemma3"):
+        if rope_type == "yarn":
+            if sem.yarn_multiplies_max_len:
+                original = rope.get("original_max_position_embeddings") or derived
+                derived = int(original * factor)
+        elif rope_type not in ("su", "longrope", "llama3", "deepseek_yarn", "deepseek_llama_scaling",
+                               "default", "mrope", "proportional", ""):
+            derived = int(derived * factor)
+    return int(derived), key
+
+
+def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[int]) -> tuple[int, Optional[StartupError]]:
+    derived, key = derive_max_model_len(spec, sem)
+    if user_len is None or user_len == -1:
+        return derived, None
+    model_max_length = spec.max_len_keys.get("model_max_length")
+    if user_len > derived and not (model_max_length is not None and user_len <= model_max_length):
+        return user_len, max_model_len_above_derived(sem, user_len, key, derived, model_max_length)
+    return user_len, None
+
+
+def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
+                   entrypoint: str = "serve") -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as ``EngineArgs.get_batch_defaults`` picks them."""
+    if device == "cpu":
+        if entrypoint == "serve":
+            return 2048 * world_size, 128 * world_size
+        return 4096 * world_size, 256 * world_size
+    if sem.engine == "V0":
+        return 0, 256  # V0: max(max_model_len, 2048) tokens, resolved by the caller
+    mem = gpu.memory_bytes
+    name = gpu.name.lower()
+    if sem.version >= (0, 11):
+        if mem >= 160 * GIB:
+            return 16384, 1024
+        if mem >= 70 * GIB and "a100" not in name:
+            return (8192 if entrypoint == "serve" else 16384), 1024
+        return (2048 if entrypoint == "serve" else 8192), 256
+    # 0.8–0.10: no A100 exclusion, 16384/8192 tiers
+    if mem >= 70 * GIB:
+        return (8192 if entrypoint == "serve" else 16384), 1024
+    return (2048 if entrypoint == "serve" else 8192), 256
+
+
+def default_block_size(spec: ModelSpec, gpu: Gpu, device: str) -> int:
+    """Platform.update_block_size_for_backend: 16 on CUDA; MLA backends prefer 64 (FlashMLA on
+    Hopper) or 128 (CUTLASS MLA on Blackwell); the CPU backend prefers 128 (16 for MLA)."""
+    if device == "cpu":
+        return 16 if spec.is_mla else 128
+    if spec.is_mla:
+        sm = gpu.sm or 90
+        if sm >= 100:
+            return 128
+        if sm >= 90:
+            return 64
+    return 16
+
+
+def align_hybrid_block_size(spec: ModelSpec, block_size: int, attn_token_bytes: int,
+                            mamba_page_bytes: int) -> int:
+    """``_align_hybrid_block_size``: with Mamba-style layers the attention block is enlarged
+    until one attention page holds at least one recurrent state."""
+    if not any(isinstance(l.mixer, LinearAttentionState) for l in spec.layers) or attn_token_bytes == 0:
+        return block_size
+    align = max(16, block_size)
+    needed = align * -(-mamba_page_bytes // (align * attn_token_bytes))
+    return max(block_size, needed)

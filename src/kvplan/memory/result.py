@@ -1,0 +1,171 @@
+"""The plan's result: one frozen object that every renderer (table, JSON, Markdown) reads.
+
+The JSON form (``PlanResult.to_dict``) is kvplan's stable contract: fields are only ever added.
+Sizes are reported in both bytes (exact) and GiB (2^30, for reading).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    source: str
+    architecture: str
+    summary: str
+    num_layers: int
+    params: int
+    params_active: int
+    published_params: Optional[int]
+    max_position_embeddings: Optional[int]
+
+
+@dataclass(frozen=True)
+class ParallelInfo:
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    gpus_per_replica: int
+    total_gpus: int
+    gpus_per_node: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class ResolvedFlags:
+    device: str
+    gpu: str
+    gpu_memory_bytes: int
+    dtype: str
+    quantization: Optional[str]
+    kv_cache_dtype: str
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    enforce_eager: bool
+    hybrid_kv_cache_manager: bool
+    in_flight_tokens: int
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    total_gib_per_gpu: float
+    requested_gib: float
+    weights_gib_per_gpu: float
+    non_torch_gib: float
+    activation_peak_gib: float
+    cudagraph_gib: float
+    non_kv_gib: float
+    available_kv_cache_gib: float
+    available_kv_cache_bytes: int
+    kv_cache_used_gib: float  # num_gpu_blocks × bytes_per_block
+    preexisting_gib: float  # CUDA context etc., outside the budget since 0.11
+    source: str  # estimate | kv_cache_memory | log
+    weights_bytes_per_stage: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class KVGroupInfo:
+    kind: str
+    layers: int
+    page_bytes: int
+    blocks_per_request: int
+
+
+@dataclass(frozen=True)
+class KVInfo:
+    bytes_per_token_per_gpu: int
+    bytes_per_token_total: int
+    bytes_per_token_logical: int
+    block_size: int
+    bytes_per_block: int
+    num_gpu_blocks: int
+    usable_blocks: int
+    blocks_per_request: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_concurrency_for_tokens: int
+    log_lines: tuple[str, ...]
+    groups: tuple[KVGroupInfo, ...]
+    padding_layers: int
+    padding_waste: float
+
+
+@dataclass(frozen=True)
+class StartupInfo:
+    ok: bool
+    error: Optional[str]
+    error_kind: Optional[str]
+    suggested_max_model_len: Optional[int]
+    max_fitting_model_len: int
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    max_model_len: int
+    max_concurrency: float
+    kv_cache_tokens: int
+    fits: bool
+    replicas_concurrency: float
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    change: str
+    flags: dict
+    ok: bool
+    available_kv_cache_gib: float
+    kv_cache_tokens: int
+    max_concurrency: float
+
+
+@dataclass(frozen=True)
+class NaiveFormula:
+    formula: str
+    claimed_bytes: int
+    exact_bytes: int
+    ratio: float
+    why: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MultiNode:
+    nodes: int
+    gpus_per_node: int
+    head_command: tuple[str, ...]
+    worker_command: tuple[str, ...]
+    serve_command: tuple[str, ...]
+    note: str
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    vllm_semantics: str
+    engine: str
+    model: ModelInfo
+    parallel: ParallelInfo
+    flags: ResolvedFlags
+    memory: MemoryInfo
+    kv: KVInfo
+    startup: StartupInfo
+    capacity_table: tuple[CapacityRow, ...]
+    what_if: tuple[WhatIf, ...]
+    naive: Optional[NaiveFormula]
+    serve_argv: tuple[str, ...]
+    serve_command: str
+    serve_config_yaml: str
+    multi_node: Optional[MultiNode]
+    notes: tuple[str, ...] = ()
+    measured: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["schema_version"] = SCHEMA_VERSION
+        return d

@@ -1,0 +1,185 @@
+"""Read the numbers vLLM measured out of a start-up log: any version, any log prefix.
+
+vLLM prints its measurements (available KV memory, blocks, tokens, concurrency, weights, graph
+memory) and its resolved configuration (``non-default args: {...}``, ``Initializing ... with
+config: ...``). kvplan reads both, so ``plan --from-log`` replays the start-up with vLLM's own
+measured budget and checks its arithmetic against vLLM's. Lines may carry any prefix (Docker,
+Ray, ``(VllmWorker rank=1 pid=...)``, timestamps): patterns are searched, never anchored.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import UsageError
+
+GIB = 1 << 30
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass
+class StartupLog:
+    path: str = ""
+    vllm_version: Optional[str] = None
+    engine: Optional[str] = None
+    model: Optional[str] = None
+    args: dict[str, Any] = field(default_factory=dict)
+    available_kv_gib: list[float] = field(default_factory=list)  # one per worker that logged it
+    kv_cache_tokens: Optional[int] = None
+    kv_pool: Optional[str] = None  # GPU / CPU
+    concurrency_len: Optional[int] = None
+    max_concurrency: Optional[float] = None
+    num_gpu_blocks: Optional[int] = None
+    num_cpu_blocks: Optional[int] = None
+    model_loading_gib: Optional[float] = None
+    cudagraph_estimate_gib: Optional[float] = None
+    total_gpu_memory_gib: Optional[float] = None
+    gpu_memory_utilization: Optional[float] = None
+    max_model_len: Optional[int] = None
+    errors: list[str] = field(default_factory=list)
+    lines_read: int = 0
+
+    @property
+    def available_kv_bytes(self) -> Optional[int]:
+        """The smallest worker's KV memory (vLLM takes the minimum block count over workers)."""
+        if not self.available_kv_gib:
+            return None
+        return int(round(min(self.available_kv_gib) * GIB))
+
+    def available_kv_range(self) -> Optional[tuple[int, int]]:
+        """Bytes range consistent with the printed GiB figure (rounded to 2 decimals)."""
+        if not self.available_kv_gib:
+            return None
+        g = min(self.available_kv_gib)
+        return int((g - 0.005) * GIB), int((g + 0.005) * GIB)
+
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("available", re.compile(r"Available KV cache memory:\s*" + _NUM + r"\s*GiB")),
+    ("v0_rest", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _NUM + r"\s*GiB")),
+    ("v0_kvsize", re.compile(r"kv_cache_size=" + _NUM + r"\s*GiB")),
+    ("v0_total", re.compile(r"total_gpu_memory=?\s*\(?" + _NUM + r"\s*GiB\)?(?:\s*x\s*gpu_memory_utilization\s*\(" + _NUM + r"\))?")),
+    ("v0_util", re.compile(r"gpu_memory_utilization=" + _NUM)),
+    ("kv_tokens", re.compile(r"(GPU|CPU|XPU|TPU|HPU|NPU)(?: \+ host)? KV cache size:\s*" + _NUM + r"\s*tokens")),
+    ("concurrency", re.compile(r"Maximum concurrency for\s*" + _NUM + r"\s*tokens per request:\s*" + _NUM + r"\s*x")),
+    ("blocks", re.compile(r"#\s*(?:GPU|cuda|CUDA|gpu|npu|xpu)\s+blocks:\s*" + _NUM + r"(?:,\s*#\s*CPU blocks:\s*" + _NUM + ")?")),
+    ("cpu_blocks_only", re.compile(r"^(?!.*#\s*(?:GPU|cuda)).*#\s*CPU blocks:\s*" + _NUM)),
+    ("loading", re.compile(r"(?:Model loading took|Loading model weights took)\s*" + _NUM + r"\s*(?:GiB|GB)")),
+    ("cudagraph", re.compile(r"Estimated CUDA graph memory:\s*" + _NUM + r"\s*GiB")),
+    ("free_total", re.compile(r"Free memory on device(?: \S+)? \(" + _NUM + r"/" + _NUM + r" GiB\)")),
+    ("max_len", re.compile(r"Using max model len\s*" + _NUM)),
+    ("version", re.compile(r"vLLM API server version\s*v?([0-9][0-9a-z.+\-]*)")),
+    ("engine_cfg", re.compile(r"Initializing an? (?:(V1) )?LLM engine \(v?([0-9][^)]*)\) with config:\s*(.*)")),
+    ("nondefault", re.compile(r"non-default args:\s*(\{.*\})")),
+    ("error", re.compile(r"((?:ValueError|RuntimeError|AssertionError|torch\.OutOfMemoryError|"
+                         r"torch\.cuda\.OutOfMemoryError|NotImplementedError): .*)")),
+]
+
+# "key=value" pairs of the "Initializing ... with config:" line.
+_CFG_FIELD = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|[^,]+)")
+
+
+def _config_line(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, raw in _CFG_FIELD.findall(text):
+        raw = raw.strip()
+        if raw.startswith("'"):
+            out[key] = raw[1:-1]
+            continue
+        if raw.startswith("torch."):
+            out[key] = raw[len("torch."):]
+            continue
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def parse_startup_log(text: str, path: str = "") -> StartupLog:
+    log = StartupLog(path=path)
+    for line in text.splitlines():
+        log.lines_read += 1
+        if len(line) > 200_000:
+            continue  # a runaway line is not a log line
+        for name, pattern in _PATTERNS:
+            m = pattern.search(line)
+            if not m:
+                continue
+            g = m.groups()
+            if name in ("available", "v0_rest", "v0_kvsize"):
+                log.available_kv_gib.append(_f(g[0]))
+            elif name == "v0_total":
+                log.total_gpu_memory_gib = _f(g[0])
+                if g[1]:
+                    log.gpu_memory_utilization = _f(g[1])
+            elif name == "v0_util" and log.gpu_memory_utilization is None:
+                log.gpu_memory_utilization = _f(g[0])
+            elif name == "kv_tokens":
+                log.kv_pool, log.kv_cache_tokens = g[0], int(_f(g[1]))
+            elif name == "concurrency":
+                log.concurrency_len, log.max_concurrency = int(_f(g[0])), _f(g[1])
+            elif name == "blocks":
+                log.num_gpu_blocks = int(_f(g[0]))
+                if g[1]:
+                    log.num_cpu_blocks = int(_f(g[1]))
+            elif name == "cpu_blocks_only" and log.num_gpu_blocks is None:
+                log.num_cpu_blocks = int(_f(g[0]))
+            elif name == "loading":
+                log.model_loading_gib = _f(g[0])
+            elif name == "cudagraph":
+                log.cudagraph_estimate_gib = _f(g[0])
+            elif name == "free_total":
+                log.total_gpu_memory_gib = _f(g[1])
+            elif name == "max_len":
+                log.max_model_len = int(_f(g[0]))
+            elif name == "version":
+                log.vllm_version = g[0]
+            elif name == "engine_cfg":
+                log.engine = "V1" if g[0] else log.engine or "V0"
+                log.vllm_version = log.vllm_version or g[1]
+                cfg = _config_line(g[2])
+                log.model = log.model or cfg.get("model")
+                for key in ("tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization",
+                            "kv_cache_dtype", "enforce_eager"):
+                    if key in cfg and key not in log.args:
+                        log.args[key] = cfg[key]
+                if "max_seq_len" in cfg and log.max_model_len is None:
+                    log.max_model_len = cfg["max_seq_len"]
+            elif name == "nondefault":
+                try:
+                    args = ast.literal_eval(g[0])
+                except (ValueError, SyntaxError):
+                    args = None
+                if isinstance(args, dict):
+                    log.args.update(args)
+                    log.model = args.get("model", log.model)
+            elif name == "error":
+                log.errors.append(g[0].strip())
+    if log.max_model_len is None and isinstance(log.args.get("max_model_len"), int):
+        log.max_model_len = log.args["max_model_len"]
+    return log
+
+
+def read_startup_log(path: str | Path) -> StartupLog:
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p}: is a directory, expected a vLLM start-up log file")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read: {exc}") from None
+    log = parse_startup_log(data.decode("utf-8", errors="replace"), str(p))
+    if not (log.available_kv_gib or log.kv_cache_tokens or log.num_gpu_blocks):
+        raise UsageError(f"{p}: no vLLM KV-cache figures found in {log.lines_read} lines (looked for "
+                         "'Available KV cache memory', 'KV cache size', '# GPU blocks', 'kv_cache_size=')")
+    return log

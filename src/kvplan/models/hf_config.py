@@ -1,0 +1,309 @@
+"""Read a Hugging Face ``config.json`` into a :class:`ModelSpec`, the way vLLM interprets it.
+
+Field aliases and precedence follow vLLM 0.33 (``vllm/transformers_utils/config.py``
+``CONFIG_FIELD_ALIASES``, ``vllm/config/model.py``), and which layers slide follows the model
+code (``vllm/model_executor/models/*.py``): vLLM only honours a sliding window where the model
+class passes one to ``Attention``, so a bare ``sliding_window`` (Mistral-7B-v0.1, Phi-3) does not
+make layers sliding, while ``layer_types`` and the Gemma patterns do.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ..errors import ConfigFieldError, UsageError
+from .spec import (
+    ChunkedLocalAttention,
+    DenseMLP,
+    FullAttention,
+    Layer,
+    LinearAttentionState,
+    MLAttention,
+    ModelSpec,
+    MoEMLP,
+    Quantization,
+    SlidingWindowAttention,
+)
+
+# vllm/config/model.py: keys whose minimum is the derived max_model_len.
+MAX_LEN_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)
+
+# vllm/transformers_utils/config.py: the first present key gives the total KV heads.
+KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
+                "num_attention_groups")
+
+
+class _Fields:
+    """Typed access to one config dict that names the file and field in every error."""
+
+    def __init__(self, cfg: Mapping[str, Any], source: str):
+        self.cfg = cfg
+        self.source = source
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.cfg.get(key)
+        return default if value is None else value
+
+    def int(self, *keys: str, default: Optional[int] = None) -> int:
+        for key in keys:
+            value = self.cfg.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+                raise ConfigFieldError(key, self.source, f"must be an integer, got {value!r}")
+            return int(value)
+        if default is not None:
+            return default
+        raise ConfigFieldError(keys[0], self.source)
+
+
+def _text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model under ``text_config`` (Llama-4, Gemma-3,
+    Mistral-3, Qwen-VL); vLLM sizes the KV cache from it. Top-level fields fill what it lacks."""
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and ("num_hidden_layers" in text or "hidden_size" in text):
+        merged = {k: v for k, v in cfg.items() if k != "text_config"}
+        merged.update(text)
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key not in text and key in cfg:
+                merged[key] = cfg[key]
+        return merged
+    return dict(cfg)
+
+
+def _layer_pattern(f: _Fields, model_type: str, n_layers: int) -> list[str]:
+    """The per-layer mixer kind: full, sliding, chunked or linear, as vLLM's model code decides."""
+    layer_types = f.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) >= n_layers:
+        kinds = []
+        for t in layer_types[:n_layers]:
+            if t in ("sliding_attention", "sliding_window_attention"):
+                kinds.append("sliding")
+            elif t in ("linear_attention", "mamba", "linear"):
+                kinds.append("linear")
+            elif t == "chunked_attention":
+                kinds.append("chunked")
+            else:
+                kinds.append("full")
+        return kinds
+    if f.has("full_attention_interval"):  # Qwen3-Next: every k-th layer is full attention
+        k = f.int("full_attention_interval")
+        return ["full" if (i + 1) % k == 0 else "linear" for i in range(n_layers)]
+    if model_type == "gemma2" and f.get("sliding_window"):
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    if model_type.startswith("gemma3") and f.get("sliding_window"):
+        pattern = f.int("sliding_window_pattern", "_sliding_window_pattern", default=6)
+        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
+    if model_type.startswith("llama4") and f.has("attention_chunk_size"):
+        nope = f.get("no_rope_layers") or []
+        if len(nope) < n_layers:
+            interval = f.int("no_rope_layer_interval", default=4)
+            nope = [int((i + 1) % interval != 0) for i in range(n_layers)]
+        # vLLM llama4.py: NoPE layers (no_rope_layers[i] == 0) are global, the others chunked.
+        return ["full" if nope[i] == 0 else "chunked" for i in range(n_layers)]
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and f.get("use_sliding_window"):
+        # Qwen2: layers at index >= max_window_layers use the sliding window.
+        mwl = f.int("max_window_layers", default=n_layers)
+        return ["sliding" if i >= mwl else "full" for i in range(n_layers)]
+    return ["full"] * n_layers
+
+
+def _quantization(f: _Fields) -> Optional[Quantization]:
+    q = f.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return None
+    method = str(q.get("quant_method") or q.get("quant_type") or "").lower()
+    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())
+    kv_dtype = None
+    if isinstance(q.get("kv_cache_scheme"), Mapping):
+        kv_dtype = "fp8" if q["kv_cache_scheme"].get("type") == "float" else None
+    if method == "fp8":
+        block = q.get("weight_block_size")
+        return Quantization("fp8", 8, weight_block=tuple(block) if block else None,
+                            kv_cache_dtype=kv_dtype, modules_not_quantized=skip)
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        group = q.get("group_size") or q.get("q_group_size") or 128
+        return Quantization(method.replace("_marlin", ""), bits, group_size=int(group),
+                            modules_not_quantized=skip)
+    if method == "mxfp4":
+        return Quantization("mxfp4", 4, group_size=32, experts_only=True, modules_not_quantized=skip)
+    if method == "bitsandbytes":
+        bits = 4 if q.get("load_in_4bit") else 8
+        return Quantization("bitsandbytes", bits, group_size=64 if bits == 4 else None,
+                            modules_not_quantized=skip)
+    if method == "compressed-tensors":
+        bits, group, fmt = 8, None, str(q.get("format") or "")
+        for grp in (q.get("config_groups") or {}).values():
+            weights = grp.get("weights") or {}
+            bits = int(weights.get("num_bits") or bits)
+            group = weights.get("group_size") or group
+        name = "fp8" if "float" in fmt and bits == 8 else ("int4" if bits == 4 else f"int{bits}")
+        return Quantization(name, bits, group_size=group, kv_cache_dtype=kv_dtype,
+                            modules_not_quantized=skip)
+    if method:
+        bits = int(q.get("bits") or 8)
+        return Quantization(method, bits, group_size=q.get("group_size"), kv_cache_dtype=kv_dtype,
+                            modules_not_quantized=skip)
+    return None
+
+
+def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP | MoEMLP:
+    n_experts = f.int("num_local_experts", "num_experts", "n_routed_experts", default=0)
+    dense_inter = f.int("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
+    if model_type.startswith("llama4"):
+        dense_inter = f.int("intermediate_size_mlp", default=dense_inter)
+    gated = model_type not in ("falcon", "gpt2", "gpt_neox", "phi", "gpt_bigcode", "starcoder2",
+                               "opt", "bloom", "mpt")
+    bias = bool(f.get("mlp_bias", False)) or model_type in ("falcon",) and bool(f.get("bias"))
+    if n_experts <= 1:
+        return DenseMLP(dense_inter, gated=gated, bias=bias)
+    # Which layers are sparse: each family has its own switch.
+    if f.has("first_k_dense_replace") and index < f.int("first_k_dense_replace"):
+        return DenseMLP(dense_inter, gated=gated)
+    if f.has("moe_layer_freq") and f.int("moe_layer_freq") > 1 and index % f.int("moe_layer_freq"):
+        return DenseMLP(dense_inter, gated=gated)
+    if index in (f.get("mlp_only_layers") or []):
+        return DenseMLP(dense_inter, gated=gated)
+    step = f.int("decoder_sparse_step", default=1)
+    if step > 1 and (index + 1) % step != 0:
+        return DenseMLP(dense_inter, gated=gated)
+    interleave = f.int("interleave_moe_layer_step", default=1)
+    if model_type.startswith("llama4") and interleave > 1 and (index + 1) % interleave != 0:
+        return DenseMLP(dense_inter, gated=gated)
+    expert_inter = f.int("moe_intermediate_size", default=f.int("intermediate_size", default=dense_inter))
+    shared = f.int("n_shared_experts", default=0)
+    shared_inter = shared * expert_inter
+    if f.int("shared_expert_intermediate_size", default=0):
+        shared, shared_inter = 1, f.int("shared_expert_intermediate_size")
+    if model_type.startswith("llama4"):
+        shared, shared_inter = 1, f.int("intermediate_size")
+    return MoEMLP(
+        num_experts=n_experts,
+        experts_per_token=f.int("num_experts_per_tok", "experts_per_token", "moe_topk", default=2),
+        expert_intermediate_size=expert_inter,
+        shared_experts=shared,
+        shared_intermediate_size=shared_inter,
+        shared_expert_gate=model_type in ("qwen2_moe", "qwen3_next"),
+        expert_bias=model_type == "gpt_oss",
+        router_bias=model_type == "gpt_oss",
+    )
+
+
+def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = None,
+                     published_params: Optional[int] = None,
+                     aliases: tuple[str, ...] = ()) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a parsed config.json dict. ``source`` names the file."""
+    if not isinstance(cfg, Mapping):
+        raise UsageError(f"{source}: a config.json must hold a JSON object")
+    flat = _text_config(cfg)
+    f = _Fields(flat, source)
+    model_type = str(f.get("model_type", "")).lower()
+    n_layers = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    hidden = f.int("hidden_size", "n_embd", "d_model")
+    heads = f.int("num_attention_heads", "n_head", "num_heads")
+    vocab = f.int("vocab_size")
+    if heads <= 0 or n_layers <= 0 or hidden <= 0:
+        raise ConfigFieldError("num_attention_heads", source, "must be positive")
+    kv_heads = None
+    for key in KV_HEAD_KEYS:
+        if f.has(key):
+            kv_heads = f.int(key)
+            break
+    if model_type == "falcon" and not f.get("new_decoder_architecture") and f.get("multi_query"):
+        kv_heads = 1
+    if kv_heads is None:
+        kv_heads = heads
+    head_dim = f.int("head_dim", default=0) or f.int("hidden_size_per_head", default=0) or hidden // heads
+    head_dim_v = head_dim
+    qkv_bias = bool(f.get("attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2")
+
+    kinds = _layer_pattern(f, model_type, n_layers)
+    window = f.int("sliding_window", default=0)
+    chunk = f.int("attention_chunk_size", default=0)
+    is_mla = f.has("kv_lora_rank")
+    layers = []
+    for i, kind in enumerate(kinds):
+        mixer: Any
+        if is_mla:
+            mixer = MLAttention(
+                num_heads=heads,
+                kv_lora_rank=f.int("kv_lora_rank"),
+                qk_rope_head_dim=f.int("qk_rope_head_dim"),
+                qk_nope_head_dim=f.int("qk_nope_head_dim"),
+                v_head_dim=f.int("v_head_dim"),
+                q_lora_rank=f.get("q_lora_rank"),
+            )
+        elif kind == "linear":
+            mixer = LinearAttentionState(
+                variant="gated_delta_net" if model_type == "qwen3_next" else model_type or "linear",
+                num_k_heads=f.int("linear_num_key_heads", default=heads),
+                num_v_heads=f.int("linear_num_value_heads", default=heads),
+                head_k_dim=f.int("linear_key_head_dim", default=head_dim),
+                head_v_dim=f.int("linear_value_head_dim", default=head_dim),
+                conv_kernel=f.int("linear_conv_kernel_dim", "conv_kernel", default=4),
+                num_heads=heads,
+            )
+        elif kind == "sliding" and window > 0:
+            mixer = SlidingWindowAttention(heads, kv_heads, head_dim, head_dim_v, qkv_bias, qk_norm,
+                                           window=window)
+        elif kind == "chunked" and chunk > 0:
+            mixer = ChunkedLocalAttention(heads, kv_heads, head_dim, head_dim_v, qkv_bias, qk_norm,
+                                          chunk=chunk)
+        else:
+            mixer = FullAttention(heads, kv_heads, head_dim, head_dim_v, qkv_bias, qk_norm)
+        norms = 4 if model_type in ("gemma2", "gemma3", "gemma3_text") else 2
+        layers.append(Layer(i, mixer, _mlp_for(f, model_type, i, hidden), norms))
+
+    max_len_keys = {k: f.int(k) for k in MAX_LEN_KEYS if isinstance(flat.get(k), (int, float))
+                    and not isinstance(flat.get(k), bool)}
+    rope = flat.get("rope_scaling") or flat.get("rope_parameters")
+    dtype = str(f.get("torch_dtype") or f.get("dtype") or "float32").replace("torch.", "")
+    return ModelSpec(
+        name=name or str(cfg.get("_name_or_path") or source),
+        source=source,
+        architectures=tuple(flat.get("architectures") or ()),
+        model_type=model_type,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        layers=tuple(layers),
+        torch_dtype=dtype,
+        tie_word_embeddings=bool(flat.get("tie_word_embeddings", model_type.startswith("gemma"))),
+        max_len_keys=max_len_keys,
+        rope_scaling=rope if isinstance(rope, Mapping) else None,
+        sliding_window=window or None,
+        quantization=_quantization(f),
+        num_mtp_layers=f.int("num_nextn_predict_layers", default=0),
+        has_vision="vision_config" in cfg,
+        published_params=published_params,
+        aliases=aliases,
+        raw=cfg,
+    )
+
+
+def load_config_file(path: Path) -> ModelSpec:
+    """Read ``config.json`` (or a model folder containing one)."""
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    return spec_from_config(cfg, str(path), name=str(path.parent.name or path))

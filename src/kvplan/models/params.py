@@ -1,0 +1,271 @@
+"""Parameter counts and weight bytes per GPU, from the architecture alone.
+
+vLLM measures weights while loading ("Model loading took X GiB"); it never computes them. kvplan
+must predict them before any GPU exists, so this module enumerates every tensor vLLM creates and
+shards it the way vLLM's parallel layers do (``vllm/model_executor/layers/linear.py``,
+``vocab_parallel_embedding.py``, ``fused_moe``):
+
+* column-parallel (q/k/v, gate/up, expert w13): output split over TP; row-parallel (o, down,
+  expert w2): input split over TP;
+* K/V projections keep ``max(1, kv_heads // tp)`` heads per rank: replicated when kv_heads < tp;
+* embeddings and lm_head are padded to a multiple of 64 rows, then split over TP;
+* norms, routers, row-parallel biases and MLA's down-projections are replicated;
+* pipeline parallelism gives each stage its layers (``get_pp_indices``), the embedding to the first
+  stage and lm_head to the last.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from .spec import (
+    DenseMLP,
+    FullAttention,
+    Layer,
+    LinearAttentionState,
+    MLAttention,
+    ModelSpec,
+    MoEMLP,
+    Quantization,
+)
+
+VOCAB_PADDING = 64  # vllm DEFAULT_VOCAB_PADDING_SIZE
+
+DTYPE_BYTES = {
+    "float32": 4, "fp32": 4, "float": 4,
+    "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
+    "float8": 1, "fp8": 1, "int8": 1, "uint8": 1,
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One weight tensor: its logical size and how vLLM shards it."""
+
+    name: str
+    numel: int
+    shard: str  # "col" / "row": split over TP; "rep": replicated; "vocab": padded then split
+    quantizable: bool = False  # a linear layer's weight that a quantization method compresses
+    expert: bool = False
+    group_dim: int = 0  # the input dim, for group-wise scales
+    kv: bool = False  # K/V projection: replicated beyond kv_heads ranks
+    kv_heads: int = 0
+
+    def numel_per_rank(self, tp: int) -> float:
+        if self.shard == "rep":
+            return self.numel
+        if self.shard == "vocab":
+            rows = self.numel // self.group_dim if self.group_dim else self.numel
+            padded = -(-rows // VOCAB_PADDING) * VOCAB_PADDING
+            return -(-padded // tp) * (self.numel // rows)
+        if self.kv and self.kv_heads:
+            per_head = self.numel // self.kv_heads
+            return max(1, self.kv_heads // tp) * per_head
+        return self.numel / tp
+
+
+def _attention_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
+    h = spec.hidden_size
+    m = layer.mixer
+    if isinstance(m, MLAttention):
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            yield Tensor("q_a_proj", h * m.q_lora_rank, "rep", True, group_dim=h)
+            yield Tensor("q_a_layernorm", m.q_lora_rank, "rep")
+            yield Tensor("q_b_proj", m.q_lora_rank * m.num_heads * qk, "col", True, group_dim=m.q_lora_rank)
+        else:
+            yield Tensor("q_proj", h * m.num_heads * qk, "col", True, group_dim=h)
+        yield Tensor("kv_a_proj_with_mqa", h * m.latent_dim, "rep", True, group_dim=h)
+        yield Tensor("kv_a_layernorm", m.kv_lora_rank, "rep")
+        yield Tensor("kv_b_proj", m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim),
+                     "col", True, group_dim=m.kv_lora_rank)
+        yield Tensor("o_proj", m.num_heads * m.v_head_dim * h, "row", True, group_dim=m.num_heads * m.v_head_dim)
+        return
+    if isinstance(m, LinearAttentionState):
+        kd, vd = m.num_k_heads * m.head_k_dim, m.num_v_heads * m.head_v_dim
+        yield Tensor("in_proj_qkvz", h * (2 * kd + 2 * vd), "col", True, group_dim=h)
+        yield Tensor("in_proj_ba", h * 2 * m.num_v_heads, "col", True, group_dim=h)
+        yield Tensor("conv1d", (2 * kd + vd) * m.conv_kernel, "col")
+        yield Tensor("A_log+dt_bias", 2 * m.num_v_heads, "col")
+        yield Tensor("norm", m.head_v_dim, "rep")
+        yield Tensor("out_proj", vd * h, "row", True, group_dim=vd)
+        return
+    assert isinstance(m, FullAttention)
+    gate = 2 if spec.raw_flag("attn_output_gate") else 1
+    q_out = m.num_heads * m.head_dim
+    yield Tensor("q_proj", h * q_out * gate, "col", True, group_dim=h)
+    yield Tensor("k_proj", h * m.num_kv_heads * m.head_dim, "col", True, group_dim=h, kv=True,
+                 kv_heads=m.num_kv_heads)
+    yield Tensor("v_proj", h * m.num_kv_heads * m.head_dim_v, "col", True, group_dim=h, kv=True,
+                 kv_heads=m.num_kv_heads)
+    yield Tensor("o_proj", m.num_heads * m.head_dim_v * h, "row", True, group_dim=m.num_heads * m.head_dim_v)
+    if m.qkv_bias:
+        yield Tensor("q_bias", q_out * gate, "col")
+        yield Tensor("kv_bias", 2 * m.num_kv_heads * m.head_dim, "col", kv=True, kv_heads=m.num_kv_heads)
+    if spec.model_type == "gpt_oss":
+        yield Tensor("o_bias", h, "rep")
+        yield Tensor("sinks", m.num_heads, "col")
+    if m.qk_norm:
+        yield Tensor("qk_norm", 2 * m.head_dim, "rep")
+
+
+def _mlp_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
+    h = spec.hidden_size
+    mlp = layer.mlp
+    if isinstance(mlp, DenseMLP):
+        mats = 3 if mlp.gated else 2
+        up = mats - 1
+        yield Tensor("gate_up_proj", h * mlp.intermediate_size * up, "col", True, group_dim=h)
+        yield Tensor("down_proj", mlp.intermediate_size * h, "row", True, group_dim=mlp.intermediate_size)
+        if mlp.bias:
+            yield Tensor("up_bias", mlp.intermediate_size * up, "col")
+            yield Tensor("down_bias", h, "rep")
+        return
+    assert isinstance(mlp, MoEMLP)
+    e, inter = mlp.num_experts, mlp.expert_intermediate_size
+    yield Tensor("router", h * e, "rep")
+    if mlp.router_bias:
+        yield Tensor("router_bias", e, "rep")
+    yield Tensor("experts_w13", e * h * 2 * inter, "col", True, expert=True, group_dim=h)
+    yield Tensor("experts_w2", e * inter * h, "row", True, expert=True, group_dim=inter)
+    if mlp.expert_bias:
+        yield Tensor("experts_b13", e * 2 * inter, "col", expert=True)
+        yield Tensor("experts_b2", e * h, "rep", expert=True)
+    if mlp.shared_experts and mlp.shared_intermediate_size:
+        s = mlp.shared_intermediate_size
+        yield Tensor("shared_gate_up", h * 2 * s, "col", True, group_dim=h)
+        yield Tensor("shared_down", s * h, "row", True, group_dim=s)
+        if mlp.shared_expert_gate:
+            yield Tensor("shared_expert_gate", h, "rep")
+
+
+def layer_tensors(spec: ModelSpec, layer: Layer) -> list[Tensor]:
+    out = list(_attention_tensors(spec, layer)) + list(_mlp_tensors(spec, layer))
+    out.append(Tensor("layer_norms", layer.norms * spec.hidden_size, "rep"))
+    return out
+
+
+def embedding_tensors(spec: ModelSpec) -> list[Tensor]:
+    v, h = spec.vocab_size, spec.hidden_size
+    return [Tensor("embed_tokens", v * h, "vocab", group_dim=h)]
+
+
+def head_tensors(spec: ModelSpec) -> list[Tensor]:
+    v, h = spec.vocab_size, spec.hidden_size
+    out = [Tensor("final_norm", h, "rep")]
+    out.append(Tensor("lm_head", v * h, "vocab", group_dim=h))
+    return out
+
+
+def vision_params(spec: ModelSpec) -> int:
+    """A ViT-style vision tower's parameters (approximate): what multimodal checkpoints add."""
+    vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
+    if not isinstance(vc, dict):
+        return 0
+    h = int(vc.get("hidden_size") or vc.get("embed_dim") or 0)
+    n = int(vc.get("num_hidden_layers") or vc.get("depth") or 0)
+    inter = int(vc.get("intermediate_size") or 4 * h)
+    patch = int(vc.get("patch_size") or 14)
+    channels = int(vc.get("num_channels") or 3)
+    proj = h * spec.hidden_size
+    return n * (4 * h * h + 2 * h * inter + 9 * h) + patch * patch * channels * h + proj
+
+
+def count_params(spec: ModelSpec, include_vision: bool = True) -> int:
+    """Logical parameter count (unsharded, unpadded), as a model card reports it."""
+    total = sum(t.numel for t in embedding_tensors(spec))
+    total += sum(t.numel for t in head_tensors(spec))
+    if spec.tie_word_embeddings:
+        total -= spec.vocab_size * spec.hidden_size
+    for layer in spec.layers:
+        total += sum(t.numel for t in layer_tensors(spec, layer))
+    if include_vision:
+        total += vision_params(spec)
+    return int(total)
+
+
+def active_params(spec: ModelSpec) -> int:
+    """Parameters touched per token (MoE: only the routed top-k experts plus shared ones)."""
+    total = count_params(spec, include_vision=False)
+    for layer in spec.layers:
+        if isinstance(layer.mlp, MoEMLP):
+            m = layer.mlp
+            per_expert = 3 * spec.hidden_size * m.expert_intermediate_size
+            total -= (m.num_experts - m.experts_per_token) * per_expert
+    return total
+
+
+def bytes_per_param(t: Tensor, quant: Optional[Quantization], dtype_bytes: int) -> float:
+    """Storage bytes per parameter, scales included (spec §6 of our vLLM memory notes)."""
+    if quant is None or not t.quantizable:
+        return dtype_bytes
+    if quant.experts_only and not t.expert:
+        return dtype_bytes
+    if any(skip and skip in t.name for skip in quant.modules_not_quantized):
+        return dtype_bytes
+    method = quant.method
+    if method == "fp8" or (method.startswith("int") and quant.bits == 8 and not quant.group_size):
+        if quant.weight_block:
+            bn, bk = quant.weight_block
+            return 1 + 4 / (bn * bk)  # float32 scale per block
+        return 1.0
+    if method == "mxfp4":
+        return 0.5 + 1 / 32  # e8m0 scale every 32 values
+    if method in ("nvfp4", "modelopt_fp4"):
+        return 0.5 + 1 / 16
+    if method == "bitsandbytes":
+        return 0.5 + 4 / 64 / 32 + 1 / 64 if quant.bits == 4 else 1.0
+    g = quant.group_size if quant.group_size and quant.group_size > 0 else max(t.group_dim, 1)
+    if quant.bits == 4:
+        return 0.5 + 2.5 / g  # int4 packed + fp16 scales + int4 zeros per group
+    return quant.bits / 8 + (2 + quant.bits / 8) / g
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
+    """vllm/distributed/utils.py get_pp_indices: remainder layers go to the stages counting back
+    from the second-to-last (the last stage also holds lm_head)."""
+    base, rem = divmod(num_layers, pp)
+    sizes = [base] * pp
+    for i in range(rem):
+        sizes[pp - 2 - i if pp > 1 else 0] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+@dataclass(frozen=True)
+class StageWeights:
+    stage: int
+    layers: range
+    bytes_per_rank: int
+    params_per_rank: int
+
+
+def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int = 2,
+                     quant: Optional[Quantization] = None) -> list[StageWeights]:
+    """Weight bytes held by one GPU of each pipeline stage (all TP ranks of a stage are equal)."""
+    ranges = pp_layer_ranges(spec.num_layers, pp)
+    vision = vision_params(spec) * dtype_bytes  # vLLM keeps the vision tower on every rank
+    stages = []
+    for s, layer_range in enumerate(ranges):
+        tensors: list[Tensor] = []
+        if s == 0:
+            tensors += embedding_tensors(spec)
+        for i in layer_range:
+            tensors += layer_tensors(spec, spec.layers[i])
+        if s == pp - 1:
+            head = head_tensors(spec)
+            if spec.tie_word_embeddings and pp == 1:
+                head = [t for t in head if t.name != "lm_head"]
+            tensors += head
+        numel = 0.0
+        nbytes = 0.0
+        for t in tensors:
+            n = t.numel_per_rank(tp)
+            numel += n
+            nbytes += n * bytes_per_param(t, quant, dtype_bytes)
+        extra = vision if s == 0 else 0
+        stages.append(StageWeights(s, layer_range, int(nbytes + extra), int(numel)))
+    return stages

@@ -1,0 +1,54 @@
+"""Markdown rendering of a plan (for PRs, wikis and runbooks)."""
+from __future__ import annotations
+
+from ..memory.result import PlanResult
+from ._common import headline, human_bytes, memory_segments
+
+
+def render_markdown(r: PlanResult) -> str:
+    out: list[str] = [f"# kvplan: {headline(r)}", ""]
+    if r.startup.ok:
+        out.append("**Verdict: vLLM starts.**")
+    else:
+        out += ["**Verdict: vLLM fails at start-up** with:", "", "```", r.startup.error or "", "```"]
+        if r.startup.suggested_max_model_len:
+            out.append(f"Suggested `--max-model-len {r.startup.suggested_max_model_len}`.")
+    out += ["", "## KV cache", "", "```"] + list(r.kv.log_lines) + ["```", ""]
+    k = r.kv
+    out += ["| figure | value |", "|---|---|",
+            f"| KV bytes per token per GPU | {k.bytes_per_token_per_gpu:,} B |",
+            f"| KV bytes per token, whole model | {k.bytes_per_token_total:,} B |",
+            f"| block size | {k.block_size} tokens |",
+            f"| bytes per block (one GPU) | {k.bytes_per_block:,} B |",
+            f"| GPU blocks | {k.num_gpu_blocks:,} ({k.usable_blocks:,} usable) |",
+            f"| KV cache tokens | {k.kv_cache_tokens:,} |",
+            f"| max concurrency at {k.max_concurrency_for_tokens:,} tokens | {k.max_concurrency:.2f}x |", ""]
+    out += ["## Memory per GPU", "", "| part | GiB |", "|---|---:|"]
+    out += [f"| {name} | {value:.2f} |" for name, value in memory_segments(r)]
+    out += [f"| **total** | **{r.memory.total_gib_per_gpu:.2f}** |", "",
+            f"Available KV cache memory: {r.memory.available_kv_cache_gib:.2f} GiB ({r.memory.source}).", ""]
+    if r.naive:
+        n = r.naive
+        out += ["## The blog formula", "",
+                f"`{n.formula}` claims {human_bytes(n.claimed_bytes)} for one {k.max_concurrency_for_tokens:,}-token "
+                f"request; vLLM really uses {human_bytes(n.exact_bytes)} ({n.ratio}x less).", ""]
+        out += [f"- {w}" for w in n.why] + [""]
+    out += ["## Capacity", "", "| max_model_len | max concurrency | KV tokens | starts |", "|---:|---:|---:|:---:|"]
+    for row in r.capacity_table:
+        out.append(f"| {row.max_model_len:,} | {row.max_concurrency:.2f}x | {row.kv_cache_tokens:,} | "
+                   f"{'yes' if row.fits else 'no'} |")
+    if r.what_if:
+        out += ["", "## What if", "", "| change | starts | KV GiB/GPU | KV tokens | concurrency |", "|---|:---:|---:|---:|---:|"]
+        for w in r.what_if:
+            out.append(f"| `{w.change}` | {'yes' if w.ok else 'no'} | {w.available_kv_cache_gib:.2f} | "
+                       f"{w.kv_cache_tokens:,} | {w.max_concurrency:.2f}x |")
+    out += ["", "## Run it", "", "```bash", r.serve_command, "```", "", "```yaml", r.serve_config_yaml.rstrip(), "```"]
+    if r.multi_node:
+        mn = r.multi_node
+        out += ["", f"**Multi-node:** {mn.note}", "", "```bash", "# head node", " ".join(mn.head_command),
+                "# each worker node", " ".join(mn.worker_command), "# then, on the head", " ".join(mn.serve_command), "```"]
+    for w in r.startup.warnings:
+        out.append(f"\n> warning: {w}")
+    for note in r.notes:
+        out.append(f"\n> note: {note}")
+    return "\n".join(out) + "\n"

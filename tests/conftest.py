@@ -1,0 +1,5 @@
+"""Root conftest: makes tests/ importable so test modules can share plan_helpers."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
