@@ -33,15 +33,19 @@ def test_deepseek_v3_mla_is_not_split_by_tp():
     for tp in (1, 8):
         r = run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=tp, kv_cache_memory_bytes=40 * GIB)
         assert r.kv.bytes_per_token_per_gpu == 61 * 576 * 2 == 70_272
-        assert r.kv.block_size == 64  # FlashMLA on Hopper
-        assert r.kv.bytes_per_block == 61 * 64 * 576 * 2 == 4_497_408
+        assert r.kv.block_size == 16  # 0.33 on Hopper: FLASH_ATTN_MLA (docs/vllm-semantics.md §8)
+        assert r.kv.bytes_per_block == 61 * 16 * 576 * 2
         assert r.kv.bytes_per_token_total == 70_272 * tp  # replicated on every rank
         assert r.kv.bytes_per_token_logical == 70_272
 
 
 def test_deepseek_v3_fp8_and_ds_mla():
-    assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_dtype="fp8",
-                    kv_cache_memory_bytes=40 * GIB).kv.bytes_per_token_per_gpu == 35_136
+    fp8 = run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_dtype="fp8", kv_cache_memory_bytes=40 * GIB)
+    assert fp8.kv.bytes_per_token_per_gpu == 35_136
+    assert fp8.kv.block_size == 64  # fp8 KV rules out FA-MLA: FlashMLA's 64
+    assert run_plan(DEEPSEEK_V3, "B200", tensor_parallel_size=8, kv_cache_memory_bytes=40 * GIB).kv.block_size == 32
+    assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_memory_bytes=40 * GIB,
+                    vllm_version="0.21").kv.block_size == 64
     assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_dtype="fp8_ds_mla",
                     kv_cache_memory_bytes=40 * GIB).kv.bytes_per_token_per_gpu == 40_016
 
@@ -86,11 +90,16 @@ def test_gemma3_27b_grouping_and_padding_warning():
     assert r.flags.max_model_len == 131_072
 
 
-def test_sliding_window_without_layer_types_is_full_attention():
+def test_sliding_window_without_layer_types_slides_every_layer():
+    # Mistral-7B-v0.1: no layer_types, so vLLM's cache_config.sliding_window (4096) applies to
+    # all 32 layers: cdiv(min(4095 + 2 × 8192, 32768), 16) + 1 = 1281 blocks per request.
     mistral = dict(LLAMA2_70B, model_type="mistral", num_hidden_layers=32, hidden_size=4096,
                    num_attention_heads=32, sliding_window=4096, max_position_embeddings=32768)
     r = run_plan(mistral, "H100", kv_cache_memory_bytes=10 * GIB)
-    assert [g.kind for g in r.kv.groups] == ["full"]
+    assert [g.kind for g in r.kv.groups] == ["sliding"]
+    assert r.kv.blocks_per_request == 1281
+    qwen = dict(mistral, model_type="qwen2", use_sliding_window=False)
+    assert [g.kind for g in run_plan(qwen, "H100", kv_cache_memory_bytes=10 * GIB).kv.groups] == ["full"]
 
 
 def test_kv_heads_replicated_beyond_tp():

@@ -407,6 +407,10 @@ class VllmExit(NamedTuple):
     log_text: str
     log_path: pathlib.Path
     seconds: float
+    #: PIDs of every process seen for this run (API server, EngineCore, workers)
+    pids: tuple[int, ...] = ()
+    #: PIDs of those still alive after the run was reaped (should be empty)
+    leftover_pids: tuple[int, ...] = ()
 
 
 def run_vllm_until_exit(
@@ -428,8 +432,17 @@ def run_vllm_until_exit(
         while time.monotonic() < deadline:
             rc = srv.proc.poll()
             if rc is not None:
+                seconds = time.monotonic() - srv._t0
                 srv.stop(grace=5.0)  # reap any children left in the group
-                return VllmExit(rc, srv.log_text(), srv.log_path, time.monotonic() - srv._t0)
+                rec = srv.record
+                return VllmExit(
+                    rc,
+                    srv.log_text(),
+                    srv.log_path,
+                    seconds,
+                    tuple(sorted(p.pid for p in rec.seen | {rec.root})),
+                    tuple(p.pid for p in rec.alive()),
+                )
             with contextlib.suppress(OSError, urllib.error.URLError):
                 status, _ = _http_get(srv.base_url + "/health", timeout=1.0)
                 if status == 200:

@@ -24,63 +24,60 @@ class StartupError:
 
 def no_memory_for_cache_blocks(sem: VllmSemantics) -> StartupError:
     v = sem.version
-    if v >= (0, 33):
-        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
-                "despite its name). " + DOCS)
-    elif v >= (0, 15):
-        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine. " + DOCS)
+    text = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
+    if v >= (0, 22):
+        text += (" (this flag also controls CPU memory reservation on the CPU backend, despite its name). " + DOCS)
+    elif v >= (0, 13):
+        text += ". " + DOCS
     else:
-        text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine.")
+        text += "."
     return StartupError("no_kv_memory", text)
 
 
 def max_model_len_too_large(sem: VllmSemantics, max_model_len: int, needed_bytes: int,
                             available_bytes: int, estimated: int, block_size: int,
-                            num_gpu_blocks: int) -> StartupError:
+                            num_gpu_blocks: int, pp: int = 1) -> StartupError:
+    """The texts e0–e4 of docs/vllm-semantics.md §1.3, by version."""
     v = sem.version
     if sem.engine == "V0":
         text = (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
-                f"that can be stored in KV cache ({block_size * num_gpu_blocks}). Try increasing "
+                f"that can be stored in KV cache ({block_size * (num_gpu_blocks // pp)}). Try increasing "
                 "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
         return StartupError("max_model_len_too_large", text, estimated)
     needed, avail = sem.gib(needed_bytes), sem.gib(available_bytes)
-    if v >= (0, 27):
-        estimate = (f" Based on the available memory, the estimated maximum model length is {estimated}."
-                    if estimated > 0 else "")
-        text = (f"To serve at least one request with the model's max seq len ({max_model_len}), ({needed} GiB KV "
-                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).{estimate} "
-                "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+    model_s = "model's" if v >= (0, 22) else "models's"
+    head = (f"To serve at least one request with the {model_s} max seq len ({max_model_len}), ({needed} GiB KV "
+            f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).")
+    estimate = f" Based on the available memory, the estimated maximum model length is {estimated}."
+    if v < (0, 9):  # e0: a concatenation bug drops the estimate
+        text = head + " Based on the available memory,  Try increasing `gpu_memory_utilization` or decreasing " \
+                      "`max_model_len` when initializing the engine."
+        if estimated <= 0:
+            text = head + "  Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing " \
+                          "the engine."
+        return StartupError("max_model_len_too_large", text, estimated)
+    if v >= (0, 22):
+        tail = (" Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
                 "decreasing `max_model_len` when initializing the engine. " + DOCS)
-    elif v >= (0, 15):
-        estimate = (f" Based on the available memory, the estimated maximum model length is {estimated}."
-                    if estimated > 0 else "")
-        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
-                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).{estimate} "
-                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
-                "engine. " + DOCS)
-    elif v >= (0, 9):
-        estimate = (f"Based on the available memory, the estimated maximum model length is {estimated}."
-                    if estimated > 0 else "")
-        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
-                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB). {estimate} "
-                "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
-    else:  # 0.8.x V1: a concatenation bug dropped the estimate
-        text = (f"To serve at least one request with the models's max seq len ({max_model_len}), ({needed} GiB KV "
-                f"cache is needed, which is larger than the available KV cache memory ({avail} GiB). Based on the "
-                "available memory,  Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-                "initializing the engine.")
+    else:
+        tail = " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        if v >= (0, 13):
+            tail += " " + DOCS
+    if estimated > 0:
+        text = head + estimate + tail
+    elif v < (0, 14):
+        text = head + " " + tail  # e1/e2 leave two spaces when the estimate is empty
+    else:
+        text = head + tail
     return StartupError("max_model_len_too_large", text, estimated)
 
 
-def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, derived: int,
+def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, derived: float,
                                 model_max_length: Optional[int]) -> StartupError:
     mml = model_max_length if model_max_length is not None else "None"
     head = (f"User-specified max_model_len ({user_len}) is greater than the derived max_model_len "
             f"({key}={derived} or model_max_length={mml} in model's config.json).")
-    if sem.version >= (0, 7):
+    if sem.version >= (0, 10, 2):
         tail = (" To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
                 "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
                 "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
@@ -92,7 +89,7 @@ def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, der
     else:
         tail = (" This may lead to incorrect model outputs or CUDA errors. Make sure the value is correct and "
                 "within the model context size.")
-    return StartupError("max_model_len_above_derived", head + tail, derived)
+    return StartupError("max_model_len_above_derived", head + tail, int(derived))
 
 
 def heads_not_divisible(num_heads: int, tp: int) -> StartupError:
@@ -102,7 +99,7 @@ def heads_not_divisible(num_heads: int, tp: int) -> StartupError:
 
 def free_memory_below_requested(sem: VllmSemantics, free: int, total: int, util: float, requested: int,
                                 device: str = "cuda:0") -> StartupError:
-    if sem.version >= (0, 15):
+    if sem.version >= (0, 14):
         text = (f"Free memory on device {device} ({sem.gib(free)}/{sem.gib(total)} GiB) on startup is less than "
                 f"desired GPU memory utilization ({util}, {sem.gib(requested)} GiB). Decrease GPU memory "
                 "utilization or reduce GPU memory used by other processes.")

@@ -163,7 +163,6 @@ def estimate_budget(
         return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
                            preexisting, kv_cache_memory_bytes, "kv_cache_memory")
     charged = weights + non_torch + activation + graphs
-    if sem.charges_preexisting_memory:
-        charged += preexisting
+    charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if world > 1 else 0)
     return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
                        preexisting, requested - charged, "estimate")

@@ -14,16 +14,30 @@ from .result import PlanResult
 from .startup_log import StartupLog
 
 
-def blocks_from_log(log: StartupLog, result: PlanResult) -> int | None:
-    """The block count the log states or implies (V0 prints it; V1 prints tokens and concurrency)."""
+def blocks_from_log(log: StartupLog, result: PlanResult, req: PlanRequest) -> int | None:
+    """The block count the log states or implies. V0 prints it; V1 prints tokens and concurrency,
+    from which the count is recovered by replaying candidates until both figures match."""
     if log.num_gpu_blocks is not None:
         return log.num_gpu_blocks
-    if log.max_concurrency is not None and result.kv.blocks_per_request:
-        # concurrency = num_blocks / blocks_per_request, printed with 2 decimals
-        guess = round(log.max_concurrency * result.kv.blocks_per_request)
-        for n in sorted(range(guess - 3, guess + 4), key=lambda n: abs(n - guess)):
-            if f"{n / result.kv.blocks_per_request:.2f}" == f"{log.max_concurrency:.2f}":
-                return n
+    bpr, L = result.kv.blocks_per_request, result.kv.max_concurrency_for_tokens
+    if not bpr:
+        return None
+    if log.kv_cache_tokens is not None:
+        if result.kv.kv_cache_tokens and result.kv.num_gpu_blocks:
+            guess = round(log.kv_cache_tokens * result.kv.num_gpu_blocks / result.kv.kv_cache_tokens)
+        else:
+            guess = round(log.kv_cache_tokens * bpr / L)
+    elif log.max_concurrency is not None:
+        guess = round(log.max_concurrency * bpr)
+    else:
+        return None
+    for n in sorted(range(max(guess - 4, 1), guess + 5), key=lambda n: abs(n - guess)):
+        r = plan(replace(req, num_gpu_blocks_override=n, kv_cache_memory_bytes=None), what_ifs=False)
+        if log.kv_cache_tokens is not None and r.kv.kv_cache_tokens != log.kv_cache_tokens:
+            continue
+        if log.max_concurrency is not None and f"{r.kv.max_concurrency:.2f}" != f"{log.max_concurrency:.2f}":
+            continue
+        return n
     return None
 
 
@@ -40,13 +54,19 @@ def compare_with_log(result: PlanResult, req: PlanRequest, log: StartupLog) -> P
         "cudagraph_estimate_gib": log.cudagraph_estimate_gib,
         "errors": list(log.errors),
     }
-    bpb = result.kv.bytes_per_block
+    stages = result.parallel.pipeline_parallel_size
+    per_stage = log.available_kv_per_stage(result.parallel.tensor_parallel_size, stages)
+    bpbs = result.kv.bytes_per_block_per_stage
     rng = log.available_kv_range()
-    if rng and bpb:
-        measured["num_gpu_blocks_range"] = [rng[0] // bpb, rng[1] // bpb]
-    implied = blocks_from_log(log, result)
+    if per_stage is not None:
+        half = int(0.005 * (1 << 30))
+        measured["num_gpu_blocks_range"] = [min((a - half) // b for a, b in zip(per_stage, bpbs)),
+                                            min((a + half) // b for a, b in zip(per_stage, bpbs))]
+    elif rng and bpbs:
+        measured["num_gpu_blocks_range"] = [rng[0] // bpbs[0], rng[1] // bpbs[0]]
+    implied = blocks_from_log(log, result, req)
     measured["num_gpu_blocks_implied"] = implied
-    if implied is not None:
+    if implied:
         # Replay the start-up with exactly the log's block count: tokens and concurrency must match.
         replay = plan(replace(req, num_gpu_blocks_override=implied, kv_cache_memory_bytes=None), what_ifs=False)
         measured["replayed_log_lines"] = list(replay.kv.log_lines)

@@ -91,45 +91,59 @@ def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[
         return derived, None
     model_max_length = spec.max_len_keys.get("model_max_length")
     if user_len > derived and not (model_max_length is not None and user_len <= model_max_length):
-        return user_len, max_model_len_above_derived(sem, user_len, key, derived, model_max_length)
+        # From 0.12 every RoPE model carries rope_parameters, and vLLM multiplies the derived
+        # length by a float factor (1.0) before printing it: "max_position_embeddings=4096.0".
+        rope_model = bool(spec.rope_scaling) or "rope_theta" in spec.raw or spec.raw_flag("rope_theta") is not None
+        shown: float | int = float(derived) if sem.version >= (0, 12) and rope_model else derived
+        return user_len, max_model_len_above_derived(sem, user_len, key, shown, model_max_length)
     return user_len, None
 
 
 def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
                    entrypoint: str = "serve") -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as ``EngineArgs.get_batch_defaults`` picks them."""
-    if device == "cpu":
-        if entrypoint == "serve":
-            return 2048 * world_size, 128 * world_size
-        return 4096 * world_size, 256 * world_size
+    """(max_num_batched_tokens, max_num_seqs) as ``EngineArgs.get_batch_defaults`` picks them:
+    the A100 exclusion from 0.9, the >= 160 GiB tier from 0.28, GB10 (sm 12.1) excluded in 0.33,
+    a CPU branch from 0.9 (docs/vllm-semantics.md §4)."""
+    serve = entrypoint == "serve"
+    if device == "cpu" and sem.version >= (0, 9):
+        return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
     if sem.engine == "V0":
         return 0, 256  # V0: max(max_model_len, 2048) tokens, resolved by the caller
     mem = gpu.memory_bytes
     name = gpu.name.lower()
-    if sem.version >= (0, 11):
-        if mem >= 160 * GIB:
-            return 16384, 1024
-        if mem >= 70 * GIB and "a100" not in name:
-            return (8192 if entrypoint == "serve" else 16384), 1024
-        return (2048 if entrypoint == "serve" else 8192), 256
-    # 0.8–0.10: no A100 exclusion, 16384/8192 tiers
-    if mem >= 70 * GIB:
-        return (8192 if entrypoint == "serve" else 16384), 1024
-    return (2048 if entrypoint == "serve" else 8192), 256
+    if mem >= 160 * GIB and sem.version >= (0, 28):
+        return 16384, 1024
+    big = mem >= 70 * GIB
+    if sem.version >= (0, 9) and "a100" in name:
+        big = False
+    if sem.version >= (0, 33) and gpu.sm == 121:
+        big = False
+    if big:
+        return (8192 if serve else 16384), 1024
+    return (2048 if serve else 8192), 256
 
 
-def default_block_size(spec: ModelSpec, gpu: Gpu, device: str) -> int:
-    """Platform.update_block_size_for_backend: 16 on CUDA; MLA backends prefer 64 (FlashMLA on
-    Hopper) or 128 (CUTLASS MLA on Blackwell); the CPU backend prefers 128 (16 for MLA)."""
+def default_block_size(spec: ModelSpec, gpu: Gpu, device: str, sem: VllmSemantics,
+                       kv_dtype: str = "auto") -> int:
+    """``Platform.update_block_size_for_backend``: 16 on CUDA. For MLA the backend decides:
+    0.33 picks FLASH_ATTN_MLA (16) on Hopper unless the KV cache is fp8 (then FlashMLA, 64),
+    FLASHINFER_MLA (32) on Blackwell and TRITON_MLA (16) elsewhere; 0.8–0.32 preferred FlashMLA
+    (64) on Hopper and CUTLASS MLA (128) on Blackwell. The CPU backend prefers 128 (16 for MLA).
+    A GPU of unknown architecture (--gpu-memory) gets the portable Triton backend's 16."""
     if device == "cpu":
-        return 16 if spec.is_mla else 128
-    if spec.is_mla:
-        sm = gpu.sm or 90
-        if sm >= 100:
-            return 128
-        if sm >= 90:
-            return 64
-    return 16
+        return 16 if spec.is_mla else (128 if sem.version >= (0, 12) else 16)
+    if not (spec.is_mla and sem.engine == "V1" and gpu.sm is not None):
+        return 16
+    major = gpu.sm // 10
+    if sem.version >= (0, 33):
+        if major == 10:
+            return 32
+        if major == 9:
+            return 64 if kv_dtype.startswith("fp8") else 16
+        return 16
+    if major == 10:
+        return 128
+    return 64 if major == 9 else 16
 
 
 def align_hybrid_block_size(spec: ModelSpec, block_size: int, attn_token_bytes: int,

@@ -45,6 +45,18 @@ class KVLayout:
         total = sum(g.spec.max_memory_usage_bytes(ctx) for g in self.groups)
         return cdiv(total * self.group_size, page * self.group_size)
 
+    def needed_bytes(self, ctx: SizingContext, rule: str, stage: range, stage_index: int) -> int:
+        """KV bytes the admission check says one max-length request needs on one rank (see
+        VllmSemantics.needed_memory_rule for the three historical rules)."""
+        bpb = self.bytes_per_block[stage_index]
+        if rule == "first_group":
+            return bpb * self.groups[0].spec.blocks_per_request(ctx)
+        if rule == "layers":
+            on_stage = set(stage)
+            return sum(g.spec.blocks_per_request(ctx) * g.spec.page_size_bytes * sum(1 for i in g.layers if i in on_stage)
+                       for g in self.groups)
+        return bpb * sum(g.spec.blocks_per_request(ctx) for g in self.groups)
+
     def padding_waste(self) -> float:
         """Worst bucket's padding / real layers: the figure vLLM's warning prints."""
         return max((pad / n for pad, n in self.padding_by_bucket if n), default=0.0)
@@ -71,7 +83,7 @@ def _unify_page_sizes(specs: list[KVCacheSpec]) -> list[KVCacheSpec]:
     return out
 
 
-def build_layout(specs: Sequence[KVCacheSpec], stages: Sequence[range]) -> KVLayout:
+def build_layout(specs: Sequence[KVCacheSpec], stages: Sequence[range], threshold: float = 1.5) -> KVLayout:
     """Group per-layer specs (index = layer index) and size a block on each pipeline stage."""
     specs = list(specs)
     if not specs:
@@ -93,7 +105,7 @@ def build_layout(specs: Sequence[KVCacheSpec], stages: Sequence[range]) -> KVLay
             buckets[s].append(i)
         sizes = [len(v) for v in buckets.values()]
         lo, hi = min(sizes), max(sizes)
-        group_size = hi if hi < 1.5 * lo else lo
+        group_size = hi if hi < threshold * lo else lo
         out: list[KVGroup] = []
         by_bucket = []
         for spec, layer_ids in buckets.items():

@@ -29,6 +29,7 @@ from .grouping import KVLayout, build_layout
 from .kv_specs import (
     AttentionSpec,
     MambaSpec,
+    MLAAttentionSpec,
     SizingContext,
     kv_spec_for,
     promote_to_full,
@@ -75,10 +76,12 @@ class PlanRequest:
     enforce_eager: bool = False
     vllm_version: Optional[str] = None
     kv_cache_memory_bytes: Optional[int] = None  # measured or chosen KV memory per GPU
+    kv_cache_memory_per_stage: Optional[tuple[int, ...]] = None  # measured, per pipeline stage
     num_gpu_blocks_override: Optional[int] = None
     gpus_per_node: int = 8
     disable_hybrid_kv_cache_manager: bool = False
     entrypoint: str = "serve"
+    engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
     kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
     measured: Optional[dict] = None
 
@@ -95,6 +98,7 @@ class _Sizing:
     tokens: int
     check_memory: int
     bpb: int
+    stage: int
 
 
 def _validate(req: PlanRequest) -> None:
@@ -133,7 +137,7 @@ def _quantization(req: PlanRequest) -> Optional[Quantization]:
 def _layout(req: PlanRequest, sem: VllmSemantics, kv, block_size: int, dtype_bytes: int,
             stages: list[range]) -> tuple[KVLayout, bool]:
     spec, tp = req.model, req.tensor_parallel_size
-    specs = [kv_spec_for(l.mixer, tp, block_size, kv, dtype_bytes) for l in spec.layers]
+    specs = [_version_quirks(kv_spec_for(l.mixer, tp, block_size, kv, dtype_bytes), sem) for l in spec.layers]
     chunked = any(isinstance(l.mixer, ChunkedLocalAttention) for l in spec.layers)
     # HMA is off before 0.10, on request, and automatically for chunked-local models (Llama-4).
     hma = sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager and not chunked
@@ -147,7 +151,20 @@ def _layout(req: PlanRequest, sem: VllmSemantics, kv, block_size: int, dtype_byt
         page = new_bs * token_bytes
         specs = [replace(s, block_size=new_bs, page_size_padded=page) if isinstance(s, MambaSpec)
                  else with_block_size(s, new_bs) for s in specs]
-    return build_layout(specs, stages), hma
+    return build_layout(specs, stages, sem.group_size_threshold), hma
+
+
+def _version_quirks(spec, sem: VllmSemantics):
+    """Older engines sized MLA differently (see VllmSemantics.mla_*)."""
+    if not isinstance(spec, MLAAttentionSpec):
+        return spec
+    if sem.mla_counts_k_and_v:
+        return replace(spec, head_size_v=spec.head_size)
+    align = sem.mla_entry_alignment
+    if align > 1 and spec.state_bytes_per_token is None:
+        raw = int(spec.head_size * spec.dtype_bytes)
+        return replace(spec, state_bytes_per_token=-(-raw // align) * align)
+    return spec
 
 
 def _size(layout: KVLayout, sem: VllmSemantics, L: int, mnbt: int, in_flight: int,
@@ -171,11 +188,11 @@ def _size(layout: KVLayout, sem: VllmSemantics, L: int, mnbt: int, in_flight: in
     else:
         tokens = num_blocks * layout.block_size
         conc = tokens / L
-    return _Sizing(layout, ctx, num_blocks, bpr, conc, tokens, check, bpb)
+    return _Sizing(layout, ctx, num_blocks, bpr, conc, tokens, check, bpb, worst)
 
 
 def _log_lines(sem: VllmSemantics, device: str, s: _Sizing, cpu_blocks: int) -> tuple[str, ...]:
-    pool = "GPU" if device == "cuda" else "CPU"
+    pool = sem.pool_name(device)
     L = s.ctx.max_model_len
     style = sem.capacity_log_style
     if style == "v1-033":
@@ -184,7 +201,7 @@ def _log_lines(sem: VllmSemantics, device: str, s: _Sizing, cpu_blocks: int) -> 
     if style.startswith("v1"):
         return (f"{pool} KV cache size: {s.tokens:,} tokens",
                 f"Maximum concurrency for {L:,} tokens per request: {s.concurrency:.2f}x")
-    blocks = f"# {pool} blocks: {s.num_blocks}, # CPU blocks: {cpu_blocks}"
+    blocks = f"# {sem.v0_device_name} blocks: {s.num_blocks}, # CPU blocks: {cpu_blocks}"
     if style == "v0-concurrency":
         return (blocks, f"Maximum concurrency for {L} tokens per request: {s.concurrency:.2f}x")
     return (blocks,)
@@ -193,7 +210,7 @@ def _log_lines(sem: VllmSemantics, device: str, s: _Sizing, cpu_blocks: int) -> 
 def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     """Compute vLLM's start-up memory and KV-cache numbers for one configuration."""
     _validate(req)
-    sem = semantics(req.vllm_version)
+    sem = semantics(req.vllm_version, req.engine)
     spec, gpu = req.model, req.gpu
     tp, pp, dp = req.tensor_parallel_size, req.pipeline_parallel_size, req.data_parallel_size
     errors: list[admission.StartupError] = []
@@ -222,17 +239,27 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     world = tp * pp
     mnbt_default, mns_default = batch_defaults(sem, gpu, req.device, world, req.entrypoint)
     mns = req.max_num_seqs or mns_default
-    if req.max_num_batched_tokens:
-        mnbt = req.max_num_batched_tokens
-    elif sem.engine == "V0":
-        mnbt = max(L, 2048)
-    else:
-        mnbt = min(mns * L, mnbt_default)
+
+    def default_mnbt(length: int) -> int:
+        if sem.engine == "V0":
+            return max(length, 2048)
+        return min(mns * length, mnbt_default) if sem.batch_cap_by_max_len else mnbt_default
+
+    mnbt = req.max_num_batched_tokens or default_mnbt(L)
+    if not req.max_num_seqs and sem.version >= (0, 9):
+        mns = min(mns, mnbt)
     async_on = sem.async_scheduling_default and req.device == "cuda"
-    concurrent_batches = (pp + 1 if pp > 1 else 2) if async_on else pp
+    # VllmConfig.max_concurrent_batches: async → 2 (pp 1) or pp + 1 with the V2 runner (the default
+    # from 0.32); the V1 runner turns async off under pipeline parallelism.
+    if async_on and pp == 1:
+        concurrent_batches = 2
+    elif async_on and sem.version >= (0, 32):
+        concurrent_batches = pp + 1
+    else:
+        concurrent_batches = pp
     in_flight = concurrent_batches * mnbt if sem.sliding_window_uses_in_flight_tokens else mnbt
 
-    block_size = req.block_size or default_block_size(spec, gpu, req.device)
+    block_size = req.block_size or default_block_size(spec, gpu, req.device, sem, kv.name)
     stages = mparams.pp_layer_ranges(spec.num_layers, pp)
     layout, hma = _layout(req, sem, kv, block_size, dtype_bytes, stages)
     if layout.block_size != block_size:
@@ -249,10 +276,14 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
             spec, sem, gpu.memory_bytes, util, st.bytes_per_rank, tp, pp, dtype_bytes, mnbt, mns,
             L, len(st.layers), st.stage == pp - 1, req.enforce_eager, req.device, req.kv_cache_memory_bytes))
     available = [b.available_kv_bytes for b in budgets]
+    if req.kv_cache_memory_per_stage is not None:
+        if len(req.kv_cache_memory_per_stage) != pp:
+            raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for {pp} pipeline stages")
+        available = list(req.kv_cache_memory_per_stage)
     source = req.kv_memory_source if req.kv_cache_memory_bytes is not None else "estimate"
     b0 = max(budgets, key=lambda b: b.weights_bytes)
 
-    if req.device == "cuda" and req.kv_cache_memory_bytes is None and not sem.charges_preexisting_memory:
+    if req.device == "cuda" and req.kv_cache_memory_bytes is None and sem.version >= (0, 11):
         free = gpu.memory_bytes - b0.preexisting_bytes
         if free < b0.requested_bytes:
             errors.append(admission.free_memory_below_requested(sem, free, gpu.memory_bytes, util,
@@ -263,7 +294,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
 
     def needed_for(length: int) -> int:
         c = SizingContext(length, mnbt, in_flight)
-        return sizing.bpb * layout.blocks_per_request(c, sem.per_group_blocks_per_request)
+        return layout.needed_bytes(c, sem.needed_memory_rule, stages[sizing.stage], sizing.stage)
 
     def tokens_fit(length: int) -> bool:
         if sem.engine == "V0":
@@ -271,7 +302,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
         return needed_for(length) <= sizing.check_memory
 
     if sem.engine == "V0":
-        max_fit = min(derived_len, sizing.num_blocks * layout.block_size)
+        max_fit = min(max(derived_len, L), sizing.num_blocks * layout.block_size)
     else:
         max_fit = admission.largest_fitting_len(needed_for, sizing.check_memory, max(derived_len, L)) \
             if sizing.check_memory > 0 else 0
@@ -283,8 +314,8 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
         else:
             L = min(derived_len, max_fit)
             notes.append(f"Auto-fit max_model_len: {L} (vLLM --max-model-len auto)")
-            if not req.max_num_batched_tokens and sem.engine != "V0":
-                mnbt = min(mns * L, mnbt_default)
+            if not req.max_num_batched_tokens:
+                mnbt = default_mnbt(L)
             sizing = _size(layout, sem, L, mnbt, in_flight, available, req.num_gpu_blocks_override)
 
     if sizing.check_memory <= 0 or sizing.num_blocks <= 0:
@@ -292,7 +323,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     elif not tokens_fit(L):
         suggested = min(max_fit, L)
         errors.append(admission.max_model_len_too_large(
-            sem, L, needed_for(L), sizing.check_memory, suggested, layout.block_size, sizing.num_blocks))
+            sem, L, needed_for(L), sizing.check_memory, suggested, layout.block_size, sizing.num_blocks, pp))
 
     cpu_blocks = 0
     if sem.engine == "V0":
@@ -313,7 +344,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     lengths = sorted({x for x in LADDER if x <= top} | {L, derived_len})
     table = []
     for length in lengths:
-        lm = mnbt if req.max_num_batched_tokens else (min(mns * length, mnbt_default) if sem.engine != "V0" else max(length, 2048))
+        lm = req.max_num_batched_tokens or default_mnbt(length)
         inflight_l = (concurrent_batches * lm) if sem.sliding_window_uses_in_flight_tokens else lm
         row = _size(layout, sem, length, lm, inflight_l, available, req.num_gpu_blocks_override)
         allowed = length <= derived_len or length <= spec.max_len_keys.get("model_max_length", 0)
@@ -345,6 +376,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     kvinfo = KVInfo(
         bytes_per_token_per_gpu=int(per_gpu_tok), bytes_per_token_total=int(total_tok),
         bytes_per_token_logical=int(logical_tok), block_size=layout.block_size, bytes_per_block=sizing.bpb,
+        bytes_per_block_per_stage=layout.bytes_per_block,
         num_gpu_blocks=sizing.num_blocks, usable_blocks=max(sizing.num_blocks - 1, 0),
         blocks_per_request=sizing.blocks_per_request, kv_cache_tokens=sizing.tokens,
         max_concurrency=round(sizing.concurrency, 4), max_concurrency_for_tokens=L, log_lines=log_lines,

@@ -85,6 +85,7 @@ class KVInfo:
     bytes_per_token_logical: int
     block_size: int
     bytes_per_block: int
+    bytes_per_block_per_stage: tuple[int, ...]
     num_gpu_blocks: int
     usable_blocks: int
     blocks_per_request: int

@@ -34,6 +34,7 @@ class VllmSemantics:
     """The rules of one vLLM version that change a number kvplan prints."""
 
     version: Version
+    engine_override: str | None = None  # VLLM_USE_V1=0/1 on 0.7–0.10
 
     @property
     def label(self) -> str:
@@ -42,84 +43,140 @@ class VllmSemantics:
     # --- engine ------------------------------------------------------------------------------
     @property
     def engine(self) -> str:
-        """V1 became the default in 0.8; V0 was removed by 0.11."""
+        """V1 became the default in 0.8; V0 was removed by 0.11 (VLLM_USE_V1 chose in between)."""
+        if self.engine_override and (0, 7) <= self.version < (0, 11):
+            return self.engine_override.upper()
         return "V1" if self.version >= (0, 8) else "V0"
+
+    @property
+    def mla_entry_alignment(self) -> int:
+        """V0 (0.7.2+) pads each MLA cache entry to a multiple of 256 bytes
+        (VLLM_CUDA_MEM_ALIGN_KV_CACHE, PR #12676): 576 bf16 values take 1,280 B."""
+        return 256 if self.engine == "V0" and self.version >= (0, 7) else 1
+
+    @property
+    def mla_counts_k_and_v(self) -> bool:
+        """V1 before 0.8 sized MLA pages with the K/V factor 2 (fixed by PR #14462)."""
+        return self.engine == "V1" and self.version < (0, 8)
 
     # --- budget --------------------------------------------------------------------------------
     @property
     def default_gpu_memory_utilization(self) -> float:
-        return 0.92 if self.version >= (0, 21) else 0.90
+        """0.90 up to 0.19; 0.92 from 0.20.0 (vllm/config/cache.py)."""
+        return 0.92 if self.version >= (0, 20) else 0.90
 
     @property
     def requested_memory_ceil(self) -> bool:
-        """``requested = ceil(total × util)`` (0.15+); before, ``total × util`` as a float."""
-        return self.version >= (0, 15)
+        """``requested = ceil(total × util)`` from 0.14.0 (v1/worker/utils.py::request_memory)."""
+        return self.version >= (0, 14)
+
+    def charged_preexisting(self, context_bytes: int, nccl_bytes: int) -> int:
+        """Memory in use before vLLM's snapshot that older versions charged to the budget:
+        V0 0.6+ and V1 0.8 counted everything on the GPU; 0.9–0.10 snapshot before NCCL
+        initialisation (so NCCL counts); 0.11+ snapshot after it (nothing counts)."""
+        v = self.version
+        if (0, 6) <= v < (0, 9) or (self.engine == "V0" and (0, 6) <= v):
+            return context_bytes + nccl_bytes
+        if v < (0, 11):
+            return nccl_bytes
+        return 0
 
     @property
     def charges_preexisting_memory(self) -> bool:
-        """0.6–0.10 charged everything already on the GPU (CUDA context, other processes)
-        against the utilization budget; 0.11+ snapshot it first and leave it outside."""
-        return (0, 6) <= self.version < (0, 11)
+        return self.charged_preexisting(1, 1) > 0
 
     @property
     def subtracts_cudagraph_estimate(self) -> bool:
-        """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 since 0.21."""
-        return self.version >= (0, 21)
+        """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0."""
+        return self.version >= (0, 20)
 
     # --- KV cache sizing ---------------------------------------------------------------------
     @property
     def check_reserves_null_block(self) -> bool:
-        """The admission check compares against ``available − one block`` (the null block)."""
-        return self.version >= (0, 27)
+        """From 0.29.0 the admission check compares against ``available − one block``."""
+        return self.version >= (0, 29)
+
+    @property
+    def needed_memory_rule(self) -> str:
+        """How the admission check totals one request's KV need:
+        ``layers`` (≤0.13: Σ over layers), ``first_group`` (0.14–0.18: a bug sizes every group
+        like group 0), ``groups`` (0.19+: bytes per block × Σ over groups of blocks)."""
+        if self.version < (0, 14):
+            return "layers"
+        if self.version < (0, 19):
+            return "first_group"
+        return "groups"
 
     @property
     def sliding_window_uses_in_flight_tokens(self) -> bool:
-        """Sliding-window layers reserve ``window − 1 + max_in_flight_tokens`` (0.27+) instead of
-        ``window − 1 + max_num_batched_tokens``."""
-        return self.version >= (0, 27)
+        """From 0.26.0 sliding-window and chunked layers reserve ``window − 1 +
+        max_in_flight_tokens``; before, ``window − 1 + max_num_batched_tokens``."""
+        return self.version >= (0, 26)
 
     @property
     def async_scheduling_default(self) -> bool:
-        return self.version >= (0, 27)
+        """Async scheduling is on by default from 0.14.0 (off on CPU)."""
+        return self.version >= (0, 14)
 
     @property
     def yarn_multiplies_max_len(self) -> bool:
-        """Up to 0.27 YaRN set max_model_len = original_max_position_embeddings × factor; 0.33
-        trusts max_position_embeddings (PR #56446)."""
-        return self.version < (0, 33)
+        """Up to 0.29 YaRN set max_model_len = original_max_position_embeddings × factor; from
+        0.30.0 max_position_embeddings is trusted as already scaled."""
+        return self.version < (0, 30)
 
     @property
     def hybrid_kv_cache_manager(self) -> bool:
-        """Sliding-window layers get window-sized KV (hybrid allocator) from 0.10 on; before, every
-        layer was allocated for the full context."""
-        return self.version >= (0, 10)
+        """Sliding-window layers get window-sized KV (hybrid allocator) from 0.9; 0.8 allocated
+        every layer of a mixed model for the full context."""
+        return self.version >= (0, 9)
+
+    @property
+    def group_size_threshold(self) -> float:
+        """group_size = max layer count when max < threshold × min, else min: never (≤0.11),
+        1.25 (0.12–0.17), 1.5 (0.18+)."""
+        if self.version < (0, 12):
+            return 1.0
+        return 1.25 if self.version < (0, 18) else 1.5
+
+    @property
+    def batch_cap_by_max_len(self) -> bool:
+        """From 0.12, default max_num_batched_tokens = min(max_num_seqs × max_model_len, default)."""
+        return self.version >= (0, 12)
 
     # --- log line ------------------------------------------------------------------------------
     @property
     def capacity_log_style(self) -> str:
+        if self.engine == "V0":
+            return "v0-concurrency" if self.version >= (0, 6) else "v0-blocks"
         v = self.version
-        if v < (0, 6):
-            return "v0-blocks"  # "# GPU blocks: N, # CPU blocks: M"
-        if v < (0, 8):
-            return "v0-concurrency"  # + "Maximum concurrency for L tokens per request: X"
-        if v < (0, 11):
-            return "v1-085"  # "GPU KV cache size: blocks×bs tokens" + concurrency = tokens / L
-        if v < (0, 21):
+        if v < (0, 9):
+            return "v1-085"  # "GPU KV cache size: blocks×bs tokens" + concurrency
+        if v < (0, 20, 1):
             return "v1-011"  # tokens = num_blocks // groups × bs
-        if v < (0, 33):
+        if v < (0, 28):
             return "v1-021"  # two lines, tokens = int(conc × L)
         return "v1-033"  # one combined line
 
+    def pool_name(self, device: str) -> str:
+        """'GPU' was hard-coded in the capacity line up to 0.29; the device prefix came in 0.30."""
+        if device == "cuda" or self.version < (0, 30):
+            return "GPU"
+        return device.upper()
+
+    @property
+    def v0_device_name(self) -> str:
+        return "cuda" if self.version >= (0, 7) else "GPU"
+
     @property
     def per_group_blocks_per_request(self) -> bool:
-        """0.27+: blocks per request = Σ over groups of cdiv(max_mem, page); 0.11–0.21 rounded the
-        sum of all groups once."""
+        """0.27+: blocks per request = Σ over groups of cdiv(max_mem, page); before, the sum of
+        all groups' bytes was rounded once."""
         return self.version >= (0, 27)
 
     @property
     def format_gib_style(self) -> str:
-        """``format_gib`` (Python round, repr: '20.0', '19.87') since 0.15; '%.2f' before."""
-        return "round" if self.version >= (0, 15) else "fixed"
+        """``format_gib`` (Python round, repr: '20.0', '19.87') from 0.14.0; '%.2f' before."""
+        return "round" if self.version >= (0, 14) else "fixed"
 
     def gib(self, nbytes: float) -> str:
         value = nbytes / (1 << 30)
@@ -128,5 +185,7 @@ class VllmSemantics:
         return f"{value:.2f}"
 
 
-def semantics(version: str | None = None) -> VllmSemantics:
-    return VllmSemantics(parse_version(version))
+def semantics(version: str | None = None, engine: str | None = None) -> VllmSemantics:
+    if engine is not None and engine.upper() not in ("V0", "V1"):
+        raise UsageError(f"--engine must be v0 or v1, got {engine!r}")
+    return VllmSemantics(parse_version(version), engine.upper() if engine else None)

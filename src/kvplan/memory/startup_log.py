@@ -18,6 +18,7 @@ from ..errors import UsageError
 
 GIB = 1 << 30
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+_SNUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"  # figures that can go negative (an over-committed budget)
 
 
 def _f(text: str) -> float:
@@ -32,6 +33,7 @@ class StartupLog:
     model: Optional[str] = None
     args: dict[str, Any] = field(default_factory=dict)
     available_kv_gib: list[float] = field(default_factory=list)  # one per worker that logged it
+    available_kv_by_rank: dict[int, float] = field(default_factory=dict)  # where the prefix names the rank
     kv_cache_tokens: Optional[int] = None
     kv_pool: Optional[str] = None  # GPU / CPU
     concurrency_len: Optional[int] = None
@@ -43,6 +45,9 @@ class StartupLog:
     total_gpu_memory_gib: Optional[float] = None
     gpu_memory_utilization: Optional[float] = None
     max_model_len: Optional[int] = None
+    needed_kv_gib: Optional[float] = None  # from "To serve at least one request ..." errors
+    error_available_kv_gib: Optional[float] = None
+    estimated_max_model_len: Optional[int] = None
     errors: list[str] = field(default_factory=list)
     lines_read: int = 0
 
@@ -53,6 +58,13 @@ class StartupLog:
             return None
         return int(round(min(self.available_kv_gib) * GIB))
 
+    def available_kv_per_stage(self, tp: int, pp: int) -> Optional[tuple[int, ...]]:
+        """Per pipeline stage (min over its TP ranks), when every rank's figure is known."""
+        ranks = self.available_kv_by_rank
+        if pp <= 1 or len(ranks) < tp * pp:
+            return None
+        return tuple(int(round(min(ranks[s * tp + t] for t in range(tp)) * GIB)) for s in range(pp))
+
     def available_kv_range(self) -> Optional[tuple[int, int]]:
         """Bytes range consistent with the printed GiB figure (rounded to 2 decimals)."""
         if not self.available_kv_gib:
@@ -62,14 +74,19 @@ class StartupLog:
 
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("available", re.compile(r"Available KV cache memory:\s*" + _NUM + r"\s*GiB")),
-    ("v0_rest", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _NUM + r"\s*GiB")),
-    ("v0_kvsize", re.compile(r"kv_cache_size=" + _NUM + r"\s*GiB")),
+    ("available", re.compile(r"Available KV cache memory:\s*" + _SNUM + r"\s*GiB")),
+    ("v0_rest", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _SNUM + r"\s*GiB")),
+    ("v0_kvsize", re.compile(r"kv_cache_size=" + _SNUM + r"\s*GiB")),
+    ("v0_table_avail", re.compile(r"available_kv_cache_memory\s+" + _SNUM + r"\s*GiB")),
+    ("v0_table_total", re.compile(r"total_gpu_memory\s+" + _NUM + r"\s*GiB")),
+    ("err_avail", re.compile(r"\(" + _NUM + r" GiB KV cache is needed, which is larger than the available KV cache "
+                             r"memory \(" + _SNUM + r" GiB\)")),
+    ("err_estimate", re.compile(r"estimated maximum model length is\s*" + _NUM)),
     ("v0_total", re.compile(r"total_gpu_memory=?\s*\(?" + _NUM + r"\s*GiB\)?(?:\s*x\s*gpu_memory_utilization\s*\(" + _NUM + r"\))?")),
     ("v0_util", re.compile(r"gpu_memory_utilization=" + _NUM)),
     ("kv_tokens", re.compile(r"(GPU|CPU|XPU|TPU|HPU|NPU)(?: \+ host)? KV cache size:\s*" + _NUM + r"\s*tokens")),
     ("concurrency", re.compile(r"Maximum concurrency for\s*" + _NUM + r"\s*tokens per request:\s*" + _NUM + r"\s*x")),
-    ("blocks", re.compile(r"#\s*(?:GPU|cuda|CUDA|gpu|npu|xpu)\s+blocks:\s*" + _NUM + r"(?:,\s*#\s*CPU blocks:\s*" + _NUM + ")?")),
+    ("blocks", re.compile(r"(?:#\s*)?(?:GPU|cuda|CUDA|gpu|npu|xpu)\s+blocks:\s*" + _NUM + r"(?:,\s*#\s*CPU blocks:\s*" + _NUM + ")?")),
     ("cpu_blocks_only", re.compile(r"^(?!.*#\s*(?:GPU|cuda)).*#\s*CPU blocks:\s*" + _NUM)),
     ("loading", re.compile(r"(?:Model loading took|Loading model weights took)\s*" + _NUM + r"\s*(?:GiB|GB)")),
     ("cudagraph", re.compile(r"Estimated CUDA graph memory:\s*" + _NUM + r"\s*GiB")),
@@ -81,6 +98,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("error", re.compile(r"((?:ValueError|RuntimeError|AssertionError|torch\.OutOfMemoryError|"
                          r"torch\.cuda\.OutOfMemoryError|NotImplementedError): .*)")),
 ]
+
+_RANK = re.compile(r"\b(?:rank|Worker_TP\d+_PP\d+|rank_)=?(\d+)")
 
 # "key=value" pairs of the "Initializing ... with config:" line.
 _CFG_FIELD = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|[^,]+)")
@@ -114,8 +133,18 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
             if not m:
                 continue
             g = m.groups()
-            if name in ("available", "v0_rest", "v0_kvsize"):
+            if name in ("available", "v0_rest", "v0_kvsize", "v0_table_avail"):
                 log.available_kv_gib.append(_f(g[0]))
+                rank = _RANK.search(line)
+                if rank:
+                    log.available_kv_by_rank[int(rank.group(1))] = _f(g[0])
+            elif name == "v0_table_total":
+                log.total_gpu_memory_gib = _f(g[0])
+            elif name == "err_avail":
+                log.needed_kv_gib = _f(g[0])
+                log.error_available_kv_gib = _f(g[1])
+            elif name == "err_estimate":
+                log.estimated_max_model_len = int(_f(g[0]))
             elif name == "v0_total":
                 log.total_gpu_memory_gib = _f(g[0])
                 if g[1]:
@@ -163,6 +192,9 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                     log.model = args.get("model", log.model)
             elif name == "error":
                 log.errors.append(g[0].strip())
+    if not log.available_kv_gib and log.error_available_kv_gib is not None:
+        # Only the admission error names the KV memory (0.27+: already minus one block).
+        log.available_kv_gib.append(log.error_available_kv_gib)
     if log.max_model_len is None and isinstance(log.args.get("max_model_len"), int):
         log.max_model_len = log.args["max_model_len"]
     return log
@@ -179,7 +211,7 @@ def read_startup_log(path: str | Path) -> StartupLog:
     except OSError as exc:
         raise UsageError(f"{p}: cannot read: {exc}") from None
     log = parse_startup_log(data.decode("utf-8", errors="replace"), str(p))
-    if not (log.available_kv_gib or log.kv_cache_tokens or log.num_gpu_blocks):
+    if not (log.available_kv_gib or log.kv_cache_tokens or log.num_gpu_blocks is not None):
         raise UsageError(f"{p}: no vLLM KV-cache figures found in {log.lines_read} lines (looked for "
                          "'Available KV cache memory', 'KV cache size', '# GPU blocks', 'kv_cache_size=')")
     return log

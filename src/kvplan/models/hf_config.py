@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import ConfigFieldError, UsageError
-from .spec import (
+from .spec import (  # noqa: I001
     ChunkedLocalAttention,
     DenseMLP,
     FullAttention,
@@ -35,6 +35,24 @@ MAX_LEN_KEYS = (
 # vllm/transformers_utils/config.py: the first present key gives the total KV heads.
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
                 "num_attention_groups")
+
+
+# transformers' configuration defaults for fields a config.json may leave out (the published
+# Gemma-3 multimodal and Falcon files rely on them). Only defaults that size memory are listed.
+MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+                    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 256, "max_position_embeddings": 131_072, "sliding_window": 4096,
+                    "sliding_window_pattern": 6, "tie_word_embeddings": True},
+    "falcon": {"max_position_embeddings": 2048},
+}
+MODEL_TYPE_DEFAULTS["gemma3"] = MODEL_TYPE_DEFAULTS["gemma3_text"]
+
+# transformers' config classes that default tie_word_embeddings to False (PretrainedConfig: True).
+UNTIED_BY_DEFAULT = {
+    "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "qwen3_next", "deepseek_v2", "deepseek_v3", "phi3", "phimoe", "gpt_oss", "mistral3",
+}
 
 
 class _Fields:
@@ -66,16 +84,21 @@ class _Fields:
 
 def _text_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Multimodal configs nest the language model under ``text_config`` (Llama-4, Gemma-3,
-    Mistral-3, Qwen-VL); vLLM sizes the KV cache from it. Top-level fields fill what it lacks."""
+    Mistral-3, Qwen-VL); vLLM sizes the KV cache from it. Top-level fields fill what it lacks,
+    then transformers' defaults for the text model's type."""
     text = cfg.get("text_config")
-    if isinstance(text, Mapping) and ("num_hidden_layers" in text or "hidden_size" in text):
-        merged = {k: v for k, v in cfg.items() if k != "text_config"}
+    if isinstance(text, Mapping) and ("num_hidden_layers" in text or "hidden_size" in text
+                                      or "model_type" in text):
+        merged = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
         merged.update(text)
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
             if key not in text and key in cfg:
                 merged[key] = cfg[key]
-        return merged
-    return dict(cfg)
+    else:
+        merged = dict(cfg)
+    for key, value in MODEL_TYPE_DEFAULTS.get(str(merged.get("model_type", "")).lower(), {}).items():
+        merged.setdefault(key, value)
+    return merged
 
 
 def _layer_pattern(f: _Fields, model_type: str, n_layers: int) -> list[str]:
@@ -108,10 +131,17 @@ def _layer_pattern(f: _Fields, model_type: str, n_layers: int) -> list[str]:
             nope = [int((i + 1) % interval != 0) for i in range(n_layers)]
         # vLLM llama4.py: NoPE layers (no_rope_layers[i] == 0) are global, the others chunked.
         return ["full" if nope[i] == 0 else "chunked" for i in range(n_layers)]
-    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and f.get("use_sliding_window"):
-        # Qwen2: layers at index >= max_window_layers use the sliding window.
+    if model_type == "gpt_oss" and f.get("sliding_window"):
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    if model_type.startswith("qwen") and "use_sliding_window" in f.cfg:
+        if not f.get("use_sliding_window"):
+            return ["full"] * n_layers  # Qwen2Config drops sliding_window when it is not used
         mwl = f.int("max_window_layers", default=n_layers)
         return ["sliding" if i >= mwl else "full" for i in range(n_layers)]
+    if f.get("sliding_window"):
+        # No per-layer layout: vLLM sets cache_config.sliding_window from the config, and every
+        # Attention layer without its own window takes it (Mistral-7B-v0.1, Phi-3).
+        return ["sliding"] * n_layers
     return ["full"] * n_layers
 
 
@@ -279,7 +309,7 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
         head_dim=head_dim,
         layers=tuple(layers),
         torch_dtype=dtype,
-        tie_word_embeddings=bool(flat.get("tie_word_embeddings", model_type.startswith("gemma"))),
+        tie_word_embeddings=bool(flat.get("tie_word_embeddings", model_type not in UNTIED_BY_DEFAULT)),
         max_len_keys=max_len_keys,
         rope_scaling=rope if isinstance(rope, Mapping) else None,
         sliding_window=window or None,

@@ -1,0 +1,95 @@
+"""Real vLLM start-up logs from public issue threads (tests/fixtures/vllm_logs, with sources in
+index.json): kvplan reads each log's figures, and with the log's measured KV memory as input it
+reproduces the log's block count (within the 0.01 GiB rounding of the printed memory), token
+count and concurrency."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.hardware import GIB, custom_gpu
+from kvplan.memory import PlanRequest, plan
+from kvplan.memory.compare import compare_with_log
+from kvplan.memory.startup_log import parse_startup_log
+from kvplan.models import spec_from_config
+from plan_helpers import GPT_OSS_120B
+
+LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
+INDEX = json.loads((LOGS / "index.json").read_text())
+
+# The vLLM version (and engine, where VLLM_USE_V1 chose) each log was written by, as dated in
+# index.json's version notes. Logs whose figures cannot be checked are left out here.
+REPLAY = {
+    "01": ("0.6.4", None), "02": ("0.6.4", None), "05": ("0.6.4", None), "06": ("0.7.3", "V0"),
+    "07": ("0.7.3", "V0"), "08": ("0.7.2", "V0"), "11": ("0.7.1", "V1"), "13": ("0.8.5", None),
+    "14": ("0.9.2", None), "17": ("0.11", None), "24": ("0.11", None),
+}
+
+
+def _entry(prefix: str) -> dict:
+    return next(e for e in INDEX if e["file"].startswith(prefix + "-"))
+
+
+def _config(entry: dict) -> dict:
+    cf = {k: v for k, v in entry["config_fields"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    cf.update(entry["config_fields"].get("assumed_geometry", {}))
+    if "kv_lora_rank" in cf:
+        base = {"model_type": "deepseek_v2", "q_lora_rank": None, "n_routed_experts": 64, "num_experts_per_tok": 6,
+                "moe_intermediate_size": 1408, "first_k_dense_replace": 1, "n_shared_experts": 2}
+    else:
+        base = {"model_type": "llama"}
+    cfg = {"vocab_size": 32000, "torch_dtype": "bfloat16", "intermediate_size": 4 * cf.get("hidden_size", 4096),
+           "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072, **base, **cf}
+    cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
+    return cfg
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_parser_reads_the_printed_figures(entry):
+    log = parse_startup_log((LOGS / entry["file"]).read_text(), entry["file"])
+    exp = entry["expected"]
+    if "available_kv_cache_gib" in exp:
+        assert min(log.available_kv_gib) == pytest.approx(exp["available_kv_cache_gib"])
+    for key, got in (("num_gpu_blocks", log.num_gpu_blocks), ("kv_cache_tokens", log.kv_cache_tokens),
+                     ("max_concurrency", log.max_concurrency), ("concurrency_len", log.concurrency_len)):
+        if key in exp:
+            assert got == pytest.approx(exp[key]), key
+
+
+@pytest.mark.parametrize("prefix", sorted(REPLAY))
+def test_replay_reproduces_blocks_tokens_and_concurrency(prefix):
+    entry = _entry(prefix)
+    version, engine = REPLAY[prefix]
+    log = parse_startup_log((LOGS / entry["file"]).read_text(), entry["file"])
+    flags = entry["flags"]
+    spec = spec_from_config(GPT_OSS_120B if "gpt-oss" in entry["file"] else _config(entry), entry["file"],
+                            name=entry["model"] or "unknown")
+    req = PlanRequest(
+        spec, custom_gpu(80 * GIB), tensor_parallel_size=flags.get("tensor_parallel_size", 1),
+        pipeline_parallel_size=flags.get("pipeline_parallel_size", 1),
+        kv_cache_dtype=flags.get("kv_cache_dtype", "auto"),
+        max_model_len=log.concurrency_len or flags.get("max_model_len"),
+        max_num_batched_tokens=flags.get("max_num_batched_tokens"),
+        vllm_version=version, engine=engine,
+        kv_cache_memory_bytes=max(log.available_kv_bytes, 0) if log.available_kv_bytes is not None else None,
+        kv_memory_source="log",
+        kv_cache_memory_per_stage=log.available_kv_per_stage(flags.get("tensor_parallel_size", 1),
+                                                             flags.get("pipeline_parallel_size", 1)),
+    )
+    result = compare_with_log(plan(req, what_ifs=False), req, log)
+    m = result.measured
+    if log.available_kv_bytes is not None and log.available_kv_bytes <= 0:
+        assert result.kv.num_gpu_blocks == 0 and not result.startup.ok
+        return
+    implied = m["num_gpu_blocks_implied"]
+    assert implied is not None
+    if log.available_kv_gib and "num_gpu_blocks_range" in m and entry["check"].get("result", "").startswith("consistent"):
+        lo, hi = m["num_gpu_blocks_range"]
+        assert lo <= implied <= hi, f"log's {implied} blocks outside kvplan's {lo}..{hi}"
+        assert abs(result.kv.num_gpu_blocks - implied) <= max(2, (hi - lo))
+    if log.kv_cache_tokens is not None:
+        assert m["tokens_match"], (m["replayed_kv_cache_tokens"], log.kv_cache_tokens)
+    if log.max_concurrency is not None:
+        assert m["concurrency_match"], (m["replayed_max_concurrency"], log.max_concurrency)
