@@ -51,8 +51,14 @@ def test_max_len_above_derived():
     r = run_plan(LLAMA2_70B, "A100-80GB", tensor_parallel_size=4, max_model_len=8192)
     assert r.startup.error_kind == "max_model_len_above_derived"
     assert r.startup.error.startswith("User-specified max_model_len (8192) is greater than the derived "
-                                      "max_model_len (max_position_embeddings=4096 or model_max_length=None")
+                                      "max_model_len (max_position_embeddings=4096.0 or model_max_length=None")
     assert "--max-model-len 4096" in r.serve_command
+    # Before 0.12 the derived length printed as an int, and 0.6–0.10.1 had the shorter text.
+    old = run_plan(LLAMA2_70B, "A100-80GB", tensor_parallel_size=4, max_model_len=8192, vllm_version="0.6.4")
+    assert old.startup.error == (
+        "User-specified max_model_len (8192) is greater than the derived max_model_len (max_position_embeddings=4096 "
+        "or model_max_length=None in model's config.json). This may lead to incorrect model outputs or CUDA errors. "
+        "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     assert not [row for row in r.capacity_table if row.max_model_len == 8192][0].fits
 
 

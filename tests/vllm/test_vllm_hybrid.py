@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from tests.vllm_server import Metrics, build_model, parse_kv_lines, post_json, tiny_gemma3_spec
+from tests.vllm_server import Metrics, parse_kv_lines, post_json
+from tests.vllm_server.fixtures import GEMMA3_HYBRID
 
 pytestmark = pytest.mark.vllm
 
@@ -16,15 +17,11 @@ KV_GIB = 1
 BLOCK = 128  # CPU default
 
 
-@pytest.fixture(scope="module")
-def gemma3_server(vllm_servers):
-    model = build_model(tiny_gemma3_spec())
-    return model, vllm_servers.get(model.path, ["--max-model-len", str(MAX_MODEL_LEN)], {"VLLM_CPU_KVCACHE_SPACE": str(KV_GIB)})
-
-
-def test_hybrid_sliding_window_kv_line(gemma3_server):
-    model, srv = gemma3_server
-    spec = model.spec
+def test_hybrid_sliding_window_kv_line(gemma3_server, gemma3_model):
+    assert GEMMA3_HYBRID.arg("--max-model-len") == str(MAX_MODEL_LEN)
+    assert GEMMA3_HYBRID.env_dict["VLLM_CPU_KVCACHE_SPACE"] == str(KV_GIB)
+    srv = gemma3_server
+    spec = gemma3_model.spec
     assert spec.config["layer_types"] == ["sliding_attention", "full_attention"]
     window = spec.config["sliding_window"]
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from tests.vllm_server import VllmServer, parse_kv_lines, preemption_burst
+from tests.vllm_server import parse_kv_lines, preemption_burst
+from tests.vllm_server.fixtures import SMALL_KV
 
 pytestmark = pytest.mark.vllm
 
@@ -21,32 +22,29 @@ PROMPT_TOKENS = 1000
 OUTPUT_TOKENS = 500
 
 
-def test_burst_on_small_kv_cache_preempts(tiny_llama_model):
+def test_burst_on_small_kv_cache_preempts(small_kv_server, vllm_servers):
+    assert int(SMALL_KV.arg("--max-model-len")) == MAX_MODEL_LEN
+    assert int(SMALL_KV.arg("--block-size")) == BLOCK_SIZE
+    assert int(SMALL_KV.arg("--num-gpu-blocks-override")) == NUM_BLOCKS
     usable = NUM_BLOCKS - 1  # one null block is held back
     assert N_REQUESTS * math.ceil(PROMPT_TOKENS / BLOCK_SIZE) <= usable
     assert N_REQUESTS * math.ceil((PROMPT_TOKENS + OUTPUT_TOKENS) / BLOCK_SIZE) > usable
 
-    srv = VllmServer(
-        tiny_llama_model.path,
-        [
-            "--max-model-len", str(MAX_MODEL_LEN),
-            "--block-size", str(BLOCK_SIZE),
-            "--num-gpu-blocks-override", str(NUM_BLOCKS),
-        ],
-    )
-    with srv:
-        kv = parse_kv_lines(srv.log_text())
-        assert kv and kv[0].tokens == NUM_BLOCKS * BLOCK_SIZE, kv  # 2048 is a multiple of 32
-        seen = srv.processes()
-        assert len(seen) >= 2, seen  # API server + EngineCore (+ worker)
-        burst = preemption_burst(srv.base_url, N_REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS, timeout=180)
-        assert burst.all_ok, burst.summary()
-        assert [r.completion_tokens for r in burst.results] == [OUTPUT_TOKENS] * N_REQUESTS
-        assert [r.prompt_tokens for r in burst.results] == [PROMPT_TOKENS] * N_REQUESTS
-        assert all(r.chunks > 1 for r in burst.results)
-        assert burst.preemptions >= 1, burst.summary()
+    srv = small_kv_server
+    kv = parse_kv_lines(srv.log_text())
+    assert kv and kv[0].tokens == NUM_BLOCKS * BLOCK_SIZE, kv  # 2048 is a multiple of 32
+    seen = srv.processes()
+    assert len(seen) >= 2, seen  # API server + EngineCore (+ worker)
+    burst = preemption_burst(srv.base_url, N_REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS, timeout=180)
+    assert burst.all_ok, burst.summary()
+    assert [r.completion_tokens for r in burst.results] == [OUTPUT_TOKENS] * N_REQUESTS
+    assert [r.prompt_tokens for r in burst.results] == [PROMPT_TOKENS] * N_REQUESTS
+    assert all(r.chunks > 1 for r in burst.results)
+    assert burst.preemptions >= 1, burst.summary()
 
-    # Stopped by PID / process group: every process seen (API server, EngineCore, worker) is gone.
+    # Stop it now (SIGTERM to its process group, SIGKILL after the grace period): every process
+    # seen (API server, EngineCore, worker, resource tracker) is gone, by PID.
+    vllm_servers.stop(SMALL_KV)
     assert not srv.is_running()
     assert srv.record is not None and srv.record.alive() == [], srv.record.alive()
     assert all(not p.alive() for p in seen)

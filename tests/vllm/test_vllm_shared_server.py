@@ -14,7 +14,10 @@ from tests.vllm_server import (
     scrape_metrics,
     stream_sse,
 )
-from tests.vllm_server.fixtures import SHARED_KVCACHE_GIB, SHARED_MAX_MODEL_LEN
+from tests.vllm_server.fixtures import SHARED
+
+SHARED_KVCACHE_GIB = int(SHARED.env_dict["VLLM_CPU_KVCACHE_SPACE"])
+SHARED_MAX_MODEL_LEN = int(SHARED.arg("--max-model-len"))
 
 pytestmark = pytest.mark.vllm
 

@@ -103,14 +103,45 @@ class ProcRecord:
     pgid: int
     label: str
     seen: set[ProcId] = dataclasses.field(default_factory=set)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     def refresh(self) -> None:
-        if self.root.alive():
-            self.seen |= _descendants_and_group(self.root.pid, self.pgid)
-        self.seen.add(self.root)
+        """Record every live descendant / process-group member (EngineCore, workers, trackers)."""
+        found = _descendants_and_group(self.root.pid, self.pgid) if self.root.alive() else set()
+        with self.lock:
+            self.seen = self.seen | found | {self.root}
+
+    def all_seen(self) -> set[ProcId]:
+        with self.lock:
+            return set(self.seen) | {self.root}
 
     def alive(self) -> list[ProcId]:
-        return sorted((p for p in self.seen | {self.root} if p.alive()), key=lambda p: p.pid)
+        return sorted((p for p in self.all_seen() if p.alive()), key=lambda p: p.pid)
+
+
+_monitor: threading.Thread | None = None
+
+
+def _monitor_loop() -> None:
+    """Every 0.5 s, record the children of every running server (so that processes spawned
+    while nobody polls, e.g. by a prelaunched server, are still known and checked at the end)."""
+    while True:
+        recs = [r for r in registered_servers() if r.root.alive()]
+        if not recs:
+            time.sleep(0.5)
+            continue
+        for r in recs:
+            with contextlib.suppress(Exception):
+                r.refresh()
+        time.sleep(0.5)
+
+
+def _ensure_monitor() -> None:
+    global _monitor
+    with _registry_lock:
+        if _monitor is None or not _monitor.is_alive():
+            _monitor = threading.Thread(target=_monitor_loop, name="vllm-proc-monitor", daemon=True)
+            _monitor.start()
 
 
 def registered_servers() -> list[ProcRecord]:
@@ -285,6 +316,7 @@ class VllmServer:
         env.check_vllm_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
+        self._t0_wall = time.time()
         with open(self.log_path, "wb") as log:
             log.write(("# argv: " + " ".join(self.argv) + "\n").encode())
             log.write(
@@ -304,6 +336,7 @@ class VllmServer:
         self.record = ProcRecord(root=root, pgid=self.proc.pid, label=self.label)
         with _registry_lock:
             _REGISTRY[self.proc.pid] = self.record
+        _ensure_monitor()
         return self
 
     def wait_healthy(self, timeout: float = DEFAULT_STARTUP_TIMEOUT) -> "VllmServer":
@@ -341,6 +374,46 @@ class VllmServer:
             if self.record:
                 self.record.refresh()
             time.sleep(0.5)
+
+    def wait_exit(self, timeout: float = DEFAULT_STARTUP_TIMEOUT) -> "VllmExit":
+        """For a start-up that must fail: wait until the process exits and return a VllmExit.
+
+        Raises VllmStartupError if it becomes healthy instead, TimeoutError if it does neither
+        within ``timeout``; the process group is stopped in every case.
+        """
+        assert self.proc is not None and self.record is not None
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                rc = self.proc.poll()
+                if rc is not None:
+                    # time of exit ~ last write to the log (the caller may come late to look)
+                    seconds = min(time.monotonic() - self._t0, self.log_path.stat().st_mtime - self._t0_wall)
+                    self.stop(grace=5.0)  # reap any children left in the group
+                    rec = self.record
+                    return VllmExit(
+                        rc,
+                        self.log_text(),
+                        self.log_path,
+                        seconds,
+                        tuple(sorted(p.pid for p in rec.all_seen())),
+                        tuple(p.pid for p in rec.alive()),
+                    )
+                with contextlib.suppress(OSError, urllib.error.URLError):
+                    status, _ = _http_get(self.base_url + "/health", timeout=1.0)
+                    if status == 200:
+                        raise VllmStartupError(
+                            f"expected start-up to fail but the server became healthy ({self.log_path})",
+                            self.log_text(),
+                            None,
+                        )
+                self.record.refresh()
+                time.sleep(0.5)
+            raise TimeoutError(
+                f"vLLM did not exit within {timeout:.0f} s ({self.log_path}); tail:\n{_tail(self.log_text())}"
+            )
+        finally:
+            self.stop(grace=5.0)
 
     def start(self, timeout: float = DEFAULT_STARTUP_TIMEOUT) -> "VllmServer":
         self.launch()
@@ -420,40 +493,12 @@ def run_vllm_until_exit(
     timeout: float = DEFAULT_STARTUP_TIMEOUT,
     **kwargs,
 ) -> VllmExit:
-    """Run a server that is expected to fail at start-up; return (exit code, log text, log path, seconds).
+    """Run a server that is expected to fail at start-up; return (exit code, log text, log path, seconds, pids).
 
     If it becomes healthy instead, it is stopped and VllmStartupError is raised; if it neither
     exits nor becomes healthy within ``timeout``, it is killed and TimeoutError is raised.
     """
-    srv = VllmServer(model_dir, args, env, **kwargs).launch()
-    assert srv.proc is not None
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            rc = srv.proc.poll()
-            if rc is not None:
-                seconds = time.monotonic() - srv._t0
-                srv.stop(grace=5.0)  # reap any children left in the group
-                rec = srv.record
-                return VllmExit(
-                    rc,
-                    srv.log_text(),
-                    srv.log_path,
-                    seconds,
-                    tuple(sorted(p.pid for p in rec.seen | {rec.root})),
-                    tuple(p.pid for p in rec.alive()),
-                )
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                status, _ = _http_get(srv.base_url + "/health", timeout=1.0)
-                if status == 200:
-                    raise VllmStartupError(
-                        f"expected start-up to fail but the server became healthy ({srv.log_path})", srv.log_text(), None
-                    )
-            srv.record.refresh()
-            time.sleep(0.5)
-        raise TimeoutError(f"vLLM did not exit within {timeout:.0f} s ({srv.log_path}); tail:\n{_tail(srv.log_text())}")
-    finally:
-        srv.stop(grace=5.0)
+    return VllmServer(model_dir, args, env, **kwargs).launch().wait_exit(timeout)
 
 
 def assert_no_stray(records: Iterable[ProcRecord] | None = None) -> None:

@@ -40,7 +40,7 @@ CUDA_CONTEXT_BYTES = int(0.45 * GIB)  # CUDA context + cuBLAS handles before vLL
 NCCL_INIT_BYTES = int(0.25 * GIB)  # communicator set-up before the snapshot when world > 1
 NON_TORCH_BASE_BYTES = int(0.10 * GIB)  # allocator slack / workspaces found after profiling
 NON_TORCH_COMM_BYTES = int(0.30 * GIB)  # custom all-reduce + NCCL buffers allocated lazily
-SAMPLER_BYTES_PER_LOGIT = 20  # bf16 logits + fp32 copy + sorted fp32 + int64 index + probs
+SAMPLER_BYTES_PER_LOGIT = 36  # bf16 logits, fp32 copies, probs, logprobs, sorted values + int64 index
 GRAPH_BASE_BYTES = 2 * MIB
 GRAPH_PER_LAYER_BYTES = 64 * 1024
 

@@ -11,6 +11,9 @@ from .admission import StartupError, max_model_len_above_derived
 from .kv_specs import KVDtype
 from .semantics import VllmSemantics
 
+# Architectures without rotary embeddings (transformers gives every other config rope_parameters).
+ABSOLUTE_POSITION_MODELS = {"gpt2", "opt", "bloom", "mpt", "gpt_bigcode", "gptj_alibi", "baichuan_alibi"}
+
 MODEL_DTYPES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 
 
@@ -93,7 +96,7 @@ def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[
     if user_len > derived and not (model_max_length is not None and user_len <= model_max_length):
         # From 0.12 every RoPE model carries rope_parameters, and vLLM multiplies the derived
         # length by a float factor (1.0) before printing it: "max_position_embeddings=4096.0".
-        rope_model = bool(spec.rope_scaling) or "rope_theta" in spec.raw or spec.raw_flag("rope_theta") is not None
+        rope_model = spec.model_type not in ABSOLUTE_POSITION_MODELS
         shown: float | int = float(derived) if sem.version >= (0, 12) and rope_model else derived
         return user_len, max_model_len_above_derived(sem, user_len, key, shown, model_max_length)
     return user_len, None

@@ -242,7 +242,9 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
 
     def default_mnbt(length: int) -> int:
         if sem.engine == "V0":
-            return max(length, 2048)
+            # V0 turned chunked prefill on by itself above 32K tokens of context, with a
+            # 2,048-token batch; otherwise a batch holds a whole max-length prompt.
+            return 2048 if length > 32768 and sem.version >= (0, 6) else max(length, 2048)
         return min(mns * length, mnbt_default) if sem.batch_cap_by_max_len else mnbt_default
 
     mnbt = req.max_num_batched_tokens or default_mnbt(L)
@@ -325,6 +327,9 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
         errors.append(admission.max_model_len_too_large(
             sem, L, needed_for(L), sizing.check_memory, suggested, layout.block_size, sizing.num_blocks, pp))
 
+    if sizing.concurrency >= mns and not errors:
+        notes.append(f"The KV cache holds {sizing.concurrency:.0f} requests of {L:,} tokens, more than "
+                     f"--max-num-seqs {mns}: the scheduler's limit, not memory, caps concurrency.")
     cpu_blocks = 0
     if sem.engine == "V0":
         cpu_blocks = (4 * GIB) // sizing.bpb if sizing.bpb else 0

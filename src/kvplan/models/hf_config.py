@@ -336,4 +336,5 @@ def load_config_file(path: Path) -> ModelSpec:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-    return spec_from_config(cfg, str(path), name=str(path.parent.name or path))
+    # A local model is served by its folder path: that is what `vllm serve` must be given.
+    return spec_from_config(cfg, str(path), name=str(path.parent))
