@@ -65,6 +65,7 @@ def plan_cmd(
     block_size: Optional[int] = typer.Option(None, "--block-size"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Follow this vLLM version's rules (default 0.33)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="v0 or v1 where VLLM_USE_V1 chose (vLLM 0.7-0.10)."),
     kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given), as vLLM's 'Available KV cache memory'."),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU."),
     num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
@@ -135,6 +136,7 @@ def plan_cmd(
             block_size=pick("block_size", block_size),
             enforce_eager=bool(pick("enforce_eager", enforce_eager, False)),
             vllm_version=vllm_version,
+            engine=engine or (log.engine if log is not None else None),
             kv_cache_memory_bytes=kv_bytes,
             num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
             gpus_per_node=gpus_per_node,
@@ -142,6 +144,12 @@ def plan_cmd(
             kv_memory_source=source,
             measured=None,
         )
+        if log is not None and source == "log":
+            per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
+            if per_stage is not None:
+                from dataclasses import replace
+
+                req = replace(req, kv_cache_memory_per_stage=per_stage)
         result = plan(req)
         if log is not None:
             result = compare_with_log(result, req, log)
