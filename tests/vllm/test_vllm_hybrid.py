@@ -46,6 +46,12 @@ def test_hybrid_sliding_window_kv_line(gemma3_server, gemma3_model):
     r = post_json(
         srv.base_url,
         "/v1/completions",
-        {"model": srv.served_model_name, "prompt": list(range(1000, 1600)), "max_tokens": 24, "min_tokens": 24, "ignore_eos": True},
+        {
+            "model": srv.served_model_name,
+            "prompt": list(range(1000, 1600)),
+            "max_tokens": 24,
+            "min_tokens": 24,
+            "ignore_eos": True,
+        },
     )
     assert r["usage"] == {**r["usage"], "prompt_tokens": 600, "completion_tokens": 24}

@@ -91,7 +91,8 @@ def test_kv_cache_line_matches_space_and_shape(tiny_llama_server, tiny_llama_mod
     assert kv.max_model_len == L
     assert kv.tokens == exp_tokens, kv.line
     assert kv.concurrency == pytest.approx(round(exp_conc, 2)), kv.line
-    assert f"CPU KV cache size: {exp_tokens:,} tokens, Maximum concurrency for {L:,} tokens per request: {exp_conc:.2f}x" in kv.line
+    expected = f"CPU KV cache size: {exp_tokens:,} tokens, Maximum concurrency for {L:,} tokens per request: {exp_conc:.2f}x"
+    assert expected in kv.line
 
     # /metrics agrees: block size, number of blocks, bytes.
     info = Metrics.parse(tiny_llama_server.metrics_text()).series("vllm:cache_config_info")

@@ -79,7 +79,13 @@ def capture_healthy(out: pathlib.Path) -> None:
         r = client.post_json(
             srv.base_url,
             "/v1/chat/completions",
-            {"model": srv.served_model_name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "min_tokens": 16, "ignore_eos": True},
+            {
+                "model": srv.served_model_name,
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 16,
+                "min_tokens": 16,
+                "ignore_eos": True,
+            },
         )
         traffic.append({"endpoint": "/v1/chat/completions", "usage": r["usage"]})
         metrics = srv.metrics_text()
@@ -87,7 +93,17 @@ def capture_healthy(out: pathlib.Path) -> None:
     # stopped: the log now has the shutdown too
     _write(out, "healthy_startup.log", srv_ref.log_text())
     _write(out, "metrics.txt", metrics)
-    side = _sidecar(srv_ref, model, {"traffic_before_metrics": traffic, "metrics_file": "metrics.txt"})
+    side = _sidecar(
+        srv_ref,
+        model,
+        {
+            "traffic_before_metrics": traffic,
+            "metrics_file": "metrics.txt",
+            "notes": "The log runs from launch to exit: start-up, the traffic above, the /metrics scrape, "
+            "then the SIGTERM shutdown (leak warnings after SIGTERM are benign). <repo> stands for the "
+            "repository root. VLLM_CPU_KVCACHE_SPACE is in GiB; block size 128 (CPU default).",
+        },
+    )
     _write(out, "healthy_startup.json", json.dumps(side, indent=2, sort_keys=True) + "\n")
 
 
@@ -120,7 +136,17 @@ def capture_hybrid(out: pathlib.Path) -> None:
         srv_ref = srv
     _write(out, "hybrid_gemma3_startup.log", srv_ref.log_text())
     info = client.Metrics.parse(metrics).series("vllm:cache_config_info")
-    side = _sidecar(srv_ref, model, {"cache_config_info": info[0][0] if info else None})
+    side = _sidecar(
+        srv_ref,
+        model,
+        {
+            "cache_config_info": info[0][0] if info else None,
+            "notes": "Two KV cache groups (1 sliding-window layer, 1 full layer) share one pool of 8,192 "
+            "blocks of 128 tokens x 1 layer; one 2,048-token request needs 16 (full) + 17 (sliding: "
+            "ceil(min(256-1+2048, 2048)/128)+1) = 33 blocks -> 8192/33 = 248.24x, 508,400 tokens. "
+            "The EngineDeadError after SIGTERM at the end is benign.",
+        },
+    )
     _write(out, "hybrid_gemma3_startup.json", json.dumps(side, indent=2, sort_keys=True) + "\n")
 
 

@@ -81,3 +81,11 @@ def check_vllm_env(timeout: float = 120.0) -> str:
     version = out.stdout.strip()
     _checked[key] = version
     return version
+
+
+def prune_logs(keep: int = 60) -> int:
+    """Delete all but the newest ``keep`` server logs in log_dir(); returns how many were removed."""
+    logs = sorted(log_dir().glob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in logs[keep:]:
+        p.unlink(missing_ok=True)
+    return max(0, len(logs) - keep)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import threading
 import time
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator
 
 import pytest
 
@@ -156,8 +158,7 @@ class ServerPool:
             self._stopped.add(cfg.name)
 
     def stop_all(self) -> None:
-        for srv in self._servers.values():
-            srv.stop()
+        server.stop_servers(self._servers.values())
 
     def servers(self) -> list[server.VllmServer]:
         return list(self._servers.values())
@@ -266,16 +267,34 @@ def gemma3_server(vllm_servers: ServerPool) -> server.VllmServer:
     return vllm_servers.get(GEMMA3_HYBRID)
 
 
+def _sigterm_to_keyboard_interrupt(signum, frame):  # pragma: no cover - signal path
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _vllm_no_stray_processes() -> Iterator[None]:
-    """At session end (after every server fixture has stopped): no server process may be alive."""
-    yield
+    """At session start, reap servers orphaned by an earlier killed run (by recorded PID + start
+    time); at session end (after every server fixture has stopped): no server process may be alive."""
+    if not env.skip_requested():
+        env.prune_logs()
+        reaped = server.reap_orphaned_servers()
+        if reaped:
+            print(f"[vllm_server] stopped servers orphaned by an earlier run: {reaped}")
+    # A SIGTERM to the test run (e.g. a CI time-out) becomes KeyboardInterrupt, so that fixture
+    # teardown still stops the servers (SIGINT is already a KeyboardInterrupt).
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous = signal.signal(signal.SIGTERM, _sigterm_to_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     deadline = time.monotonic() + 15
     while server.alive_registered_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     stray = server.alive_registered_processes()
     if stray:
         # Kill them (our own processes, by PID / process group) so nothing outlives the run, then fail.
-        for rec in server.registered_servers():
-            server._kill_record(rec, grace=5.0)
+        server._kill_records(server.registered_servers(), grace=5.0)
         pytest.fail(f"vLLM processes outlived the test session: {[(label, p.pid) for label, p in stray]}")

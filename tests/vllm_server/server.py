@@ -164,29 +164,105 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 def _kill_record(rec: ProcRecord, grace: float) -> None:
     """SIGTERM the group (and any stray descendant), wait ``grace``, then SIGKILL what is left."""
-    rec.refresh()
-    _kill_group(rec.pgid, signal.SIGTERM)
-    for p in rec.alive():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and rec.alive():
-        time.sleep(0.1)
-    if rec.alive():
-        _kill_group(rec.pgid, signal.SIGKILL)
+    _kill_records([rec], grace)
+
+
+def _kill_records(recs: Sequence[ProcRecord], grace: float) -> None:
+    """Like _kill_record for several servers at once: one shared grace period, not one each."""
+    recs = list(recs)
+    for rec in recs:
+        rec.refresh()
+        _kill_group(rec.pgid, signal.SIGTERM)
         for p in rec.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(p.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and rec.alive():
-            time.sleep(0.1)
+                os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(rec.alive() for rec in recs):
+        time.sleep(0.1)
+    for rec in recs:
+        if rec.alive():
+            _kill_group(rec.pgid, signal.SIGKILL)
+            for p in rec.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(rec.alive() for rec in recs):
+        time.sleep(0.1)
 
 
 @atexit.register
 def _kill_leftovers() -> None:
+    _kill_records([rec for rec in registered_servers() if rec.alive()], grace=5.0)
     for rec in registered_servers():
-        if rec.alive():
-            _kill_record(rec, grace=5.0)
+        _ledger_remove(rec.root)
+
+
+# A small on-disk ledger of running servers (root pid + start time + owner), so that servers
+# orphaned by a test process that was SIGKILLed can be reaped by the next run: by PID, and only
+# if the PID still has the recorded start time (i.e. it is the very process we started).
+def _ledger_path() -> pathlib.Path:
+    return env.log_dir() / "running-servers.json"
+
+
+def _ledger_update(fn) -> None:
+    import fcntl
+    import json
+
+    path = _ledger_path()
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            data = []
+        data = fn(data)
+        path.write_text(json.dumps(data, indent=1))
+
+
+def _ledger_add(rec: "ProcRecord") -> None:
+    me = _proc_id(os.getpid())
+    entry = {
+        "pid": rec.root.pid,
+        "start_time": rec.root.start_time,
+        "pgid": rec.pgid,
+        "label": rec.label,
+        "owner_pid": os.getpid(),
+        "owner_start_time": me.start_time if me else "?",
+    }
+    with contextlib.suppress(OSError):
+        _ledger_update(lambda d: [e for e in d if e["pid"] != rec.root.pid] + [entry])
+
+
+def _ledger_remove(root: ProcId) -> None:
+    with contextlib.suppress(OSError):
+        _ledger_update(lambda d: [e for e in d if not (e["pid"] == root.pid and e["start_time"] == root.start_time)])
+
+
+def reap_orphaned_servers(grace: float = 5.0) -> list[int]:
+    """Stop servers recorded in the ledger whose owning test process is gone (e.g. SIGKILLed).
+
+    Only processes whose PID *and* start time match the record are touched. Returns their PIDs.
+    """
+    reaped: list[int] = []
+
+    def _scan(data):
+        keep = []
+        for e in data:
+            root = ProcId(e["pid"], e["start_time"])
+            owner = ProcId(e["owner_pid"], e["owner_start_time"])
+            if not root.alive():
+                continue
+            if owner.alive():
+                keep.append(e)
+                continue
+            rec = ProcRecord(root=root, pgid=e["pgid"], label=e["label"])
+            _kill_record(rec, grace)
+            reaped.append(root.pid)
+        return keep
+
+    with contextlib.suppress(OSError):
+        _ledger_update(_scan)
+    return reaped
 
 
 # --------------------------------------------------------------------------- helpers
@@ -252,7 +328,8 @@ def build_env(args: Sequence[str] = (), env_overrides: Mapping[str, str] | None 
     vLLM try to reserve 0.92 of NUMA node 0, which fails on the 24 GiB test machines.
     """
     e = dict(os.environ)
-    for k in ("VLLM_CPU_KVCACHE_SPACE",):  # never inherit the KV size from the caller's shell
+    # Never inherit the KV size from the caller's shell, nor the caller's venv / import paths.
+    for k in ("VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
         e.pop(k, None)
     e.update(
         HF_HUB_OFFLINE="1",
@@ -336,6 +413,7 @@ class VllmServer:
         self.record = ProcRecord(root=root, pgid=self.proc.pid, label=self.label)
         with _registry_lock:
             _REGISTRY[self.proc.pid] = self.record
+        _ledger_add(self.record)
         _ensure_monitor()
         return self
 
@@ -427,6 +505,8 @@ class VllmServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self.returncode = self.proc.returncode
+        if not self.record.alive():
+            _ledger_remove(self.record.root)
         return self.returncode
 
     def is_running(self) -> bool:
@@ -499,6 +579,17 @@ def run_vllm_until_exit(
     exits nor becomes healthy within ``timeout``, it is killed and TimeoutError is raised.
     """
     return VllmServer(model_dir, args, env, **kwargs).launch().wait_exit(timeout)
+
+
+def stop_servers(servers: Iterable["VllmServer"], grace: float = DEFAULT_STOP_GRACE) -> None:
+    """Stop several servers at once (SIGTERM to all groups, one grace period, then SIGKILL)."""
+    servers = [s for s in servers if s.proc is not None and s.record is not None]
+    # A server still starting up may ignore SIGTERM for a while: give those a short grace.
+    if any(s.startup_seconds is None and s.proc.poll() is None for s in servers):
+        grace = min(grace, 5.0)
+    _kill_records([s.record for s in servers], grace)
+    for s in servers:
+        s.stop(grace=1.0)  # reap the Popen, record the exit code, update the ledger
 
 
 def assert_no_stray(records: Iterable[ProcRecord] | None = None) -> None:

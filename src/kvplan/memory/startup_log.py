@@ -77,6 +77,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("available", re.compile(r"Available KV cache memory:\s*" + _SNUM + r"\s*GiB")),
     ("v0_rest", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _SNUM + r"\s*GiB")),
     ("v0_kvsize", re.compile(r"kv_cache_size=" + _SNUM + r"\s*GiB")),
+    ("cpu_set", re.compile(r"(?:Explicitly|Auto) set \(" + _SNUM + r"/" + _NUM + r"\) GiB for KV cache")),
     ("v0_table_avail", re.compile(r"available_kv_cache_memory\s+" + _SNUM + r"\s*GiB")),
     ("v0_table_total", re.compile(r"total_gpu_memory\s+" + _NUM + r"\s*GiB")),
     ("err_avail", re.compile(r"\(" + _NUM + r" GiB KV cache is needed, which is larger than the available KV cache "
@@ -138,6 +139,9 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 rank = _RANK.search(line)
                 if rank:
                     log.available_kv_by_rank[int(rank.group(1))] = _f(g[0])
+            elif name == "cpu_set":
+                log.available_kv_gib.append(_f(g[0]))
+                log.total_gpu_memory_gib = log.total_gpu_memory_gib or _f(g[1])
             elif name == "v0_table_total":
                 log.total_gpu_memory_gib = _f(g[0])
             elif name == "err_avail":
