@@ -93,3 +93,19 @@ def test_replay_reproduces_blocks_tokens_and_concurrency(prefix):
         assert m["tokens_match"], (m["replayed_kv_cache_tokens"], log.kv_cache_tokens)
     if log.max_concurrency is not None:
         assert m["concurrency_match"], (m["replayed_max_concurrency"], log.max_concurrency)
+
+
+def test_gpt_oss_011_error_numbers_reproduced():
+    """Log 19 (vLLM 0.11, gpt-oss-120b on an H100, --max-num-batched-tokens 1024): vLLM said 4.54 GiB
+    were needed against 1.71 GiB available. 0.11 sums every layer: 18 full layers × 8,192 blocks +
+    18 sliding layers × (cdiv(127 + 1024, 16) + 1) blocks, 32 KiB pages."""
+    entry = _entry("19")
+    log = parse_startup_log((LOGS / entry["file"]).read_text(), entry["file"])
+    spec = spec_from_config(GPT_OSS_120B, entry["file"], name="openai/gpt-oss-120b")
+    r = plan(PlanRequest(spec, custom_gpu(80 * GIB), max_model_len=131072, max_num_batched_tokens=1024,
+                         vllm_version="0.11", kv_cache_memory_bytes=log.available_kv_bytes), what_ifs=False)
+    assert not r.startup.ok
+    assert r.startup.error.startswith(
+        "To serve at least one request with the models's max seq len (131072), (4.54 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (1.71 GiB).")
+    assert log.needed_kv_gib == 4.54
