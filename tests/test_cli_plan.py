@@ -130,3 +130,13 @@ def test_serve_command_quotes_hostile_paths(tmp_path):
     argv = shlex.split(d["serve_command"])
     assert argv[:3] == ["vllm", "serve", str(folder)]
     assert d["serve_argv"][2] == str(folder)
+
+
+def test_serve_config_file_is_safe_yaml(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "serve.yaml"
+    d = plan_json("--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "16K", "--serve-config", str(out))
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg == {"model": "meta-llama/Llama-3.1-8B", "gpu-memory-utilization": 0.92, "max-model-len": 16384,
+                   "max-num-seqs": 1024}
+    assert out.read_text() == d["serve_config_yaml"]

@@ -74,6 +74,12 @@ def plan_cmd(
     disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
     fmt: Format = typer.Option(Format.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
+    requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "
+                                           "this plan meets the real traffic."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: a model folder, "
+                                            "tokenizer.json or pkg:NAME to count the requests' tokens."),
+    serve_config: Optional[Path] = typer.Option(None, "--serve-config", help="Write the YAML for "
+                                                "`vllm serve --config FILE` to this file."),
 ) -> None:
     """Exact vLLM memory and KV-cache accounting: will it start, how many requests fit, what to run."""
     from ..hardware import custom_gpu, find_gpu, parse_size
@@ -153,25 +159,44 @@ def plan_cmd(
         result = plan(req)
         if log is not None:
             result = compare_with_log(result, req, log)
+        traffic = None
+        if requests:
+            from .lengths import traffic_for_plan
+
+            traffic = traffic_for_plan(requests, model, result, tokenizer)
+        if serve_config is not None:
+            try:
+                serve_config.write_text(result.serve_config_yaml, encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"--serve-config {serve_config}: cannot write: {exc}") from None
     except UsageError as exc:
         _fail(exc)
         return
-    _render(result, fmt, compact)
+    _render(result, fmt, compact, traffic)
 
 
-def _render(result, fmt: Format, compact: bool) -> None:
+def _render(result, fmt: Format, compact: bool, traffic=None) -> None:
     if fmt is Format.json:
         from ..report.plan_json import render_json
 
-        sys.stdout.write(render_json(result) + "\n")
+        extra = {"traffic": traffic.to_dict()} if traffic is not None else None
+        sys.stdout.write(render_json(result, extra) + "\n")
     elif fmt is Format.markdown:
         from ..report.plan_markdown import render_markdown
 
         sys.stdout.write(render_markdown(result))
+        if traffic is not None:
+            from ..report.lengths_traffic import render_traffic_markdown
+
+            sys.stdout.write(render_traffic_markdown(traffic))
     else:
         from ..report.plan_text import render_table
 
         render_table(result, compact=compact)
+        if traffic is not None:
+            from ..report.lengths_traffic import render_traffic_table
+
+            render_traffic_table(traffic)
 
 
 @app.command("models")
@@ -223,6 +248,13 @@ def gpus_cmd(fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None
         table.add_row(r["name"], f"{r['memory_gib']:.2f}", str(r["bandwidth_gbs"] or "-"), str(r["bf16_tflops"] or "-"),
                       str(r["fp8_tflops"] or "-"), str(r["interconnect"] or "-"))
     Console().print(table)
+
+
+# `kvplan lengths` and `kvplan trim` (kvplan.cli.lengths imports nothing heavy).
+from .lengths import register as _register_lengths  # noqa: E402
+
+_register_lengths(app)
+
 
 
 def main() -> None:

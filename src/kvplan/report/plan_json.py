@@ -6,5 +6,6 @@ import json
 from ..memory.result import PlanResult
 
 
-def render_json(result: PlanResult) -> str:
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False)
+def render_json(result: PlanResult, extra: dict | None = None) -> str:
+    """``extra`` adds sections computed outside the plan (``traffic`` from ``--requests``)."""
+    return json.dumps({**result.to_dict(), **(extra or {})}, indent=2, sort_keys=False)
