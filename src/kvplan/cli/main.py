@@ -255,6 +255,10 @@ from .lengths import register as _register_lengths  # noqa: E402
 
 _register_lengths(app)
 
+# `kvplan bench` (kvplan.cli.bench imports nothing heavy at module level).
+from .bench import register as _register_bench  # noqa: E402
+
+_register_bench(app)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Fixtures for the real-vLLM harness tests (tests/vllm).
+"""Fixtures for the real-vLLM harness tests (tests/vllm_real; not "tests/vllm", which would shadow the vllm package on sys.path).
 
 The fixtures live in tests/vllm_server/fixtures.py; a non-root conftest may not use
 ``pytest_plugins``, so they are imported here.

@@ -1,0 +1,229 @@
+"""The contract of one load test: :class:`BenchConfig` (frozen), plus the small parsers for the
+CLI's value syntaxes (length distributions, SLO lists, durations). Everything that reaches the
+load generator passed through here, so bad input becomes a :class:`UsageError` (exit 2) before
+any traffic is sent.
+"""
+from __future__ import annotations
+
+import math
+import re
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from ..errors import UsageError
+
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ARRIVALS = ("constant", "poisson", "gamma")
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: fixed N, uniform LO..HI, normal MEAN,STD (clipped to ≥ 1),
+    ``log`` (each log record's own prompt / output length) or ``empirical`` (synthetic prompts
+    whose lengths are drawn from the log's length distribution)."""
+
+    kind: str  # fixed | uniform | normal | log | empirical
+    a: float = 0.0
+    b: float = 0.0
+
+    def describe(self) -> str:
+        if self.kind == "fixed":
+            return str(int(self.a))
+        if self.kind in ("log", "empirical"):
+            return self.kind
+        return f"{self.kind}:{self.a:g}:{self.b:g}"
+
+
+def parse_length(text: str, what: str) -> LengthDist:
+    raw = text.strip().lower()
+    try:
+        if raw in ("log", "empirical"):
+            return LengthDist(raw)
+        if raw.isdigit() or raw.startswith("fixed:"):
+            n = int(raw.split(":")[-1])
+            if n < 1:
+                raise ValueError
+            return LengthDist("fixed", n)
+        kind, _, rest = raw.partition(":")
+        lo_s, _, hi_s = rest.partition(":")
+        lo, hi = float(lo_s), float(hi_s)
+        if kind == "uniform" and 1 <= lo <= hi:
+            return LengthDist("uniform", lo, hi)
+        if kind == "normal" and lo >= 1 and hi >= 0:
+            return LengthDist("normal", lo, hi)
+    except ValueError:
+        pass
+    raise UsageError(f"{what}: cannot read {text!r}; use N, uniform:LO:HI, normal:MEAN:STD, log or empirical")
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?\s*$")
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """'2s', '500ms', '1.5', '3m' -> seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise UsageError(f"{what}: cannot read {text!r} as a duration (e.g. 2s, 500ms, 3m)")
+    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+#: SLO keys: latency metrics with a percentile, or rates.
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+SLO_STATS = ("p50", "p90", "p95", "p99", "max", "mean")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """One gate: ``metric`` (e.g. ``ttft_p99``, ``error_rate``) must be ≤ ``limit`` (seconds for
+    latencies, a fraction for ``error_rate``; ``goodput_ratio`` / ``min_*`` are lower bounds)."""
+
+    key: str
+    limit: float
+
+    @property
+    def lower_bound(self) -> bool:
+        return self.key == "goodput_ratio"
+
+
+def parse_slo(text: Optional[str]) -> tuple[Slo, ...]:
+    """``ttft_p99=2s,e2e_p99=10s,error_rate=0`` -> SLOs. Unknown keys are usage errors."""
+    if not text:
+        return ()
+    out: list[Slo] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            raise UsageError(f"--slo: {part!r} is not KEY=VALUE (e.g. ttft_p99=2s)")
+        if key in ("error_rate", "goodput_ratio"):
+            try:
+                v = float(value.strip().rstrip("%")) / (100.0 if value.strip().endswith("%") else 1.0)
+            except ValueError:
+                raise UsageError(f"--slo {key}: cannot read {value!r} as a fraction") from None
+            if not 0.0 <= v <= 1.0:
+                raise UsageError(f"--slo {key}: must be between 0 and 1 (or 0%..100%), got {value!r}")
+            out.append(Slo(key, v))
+            continue
+        metric, _, stat = key.partition("_")
+        if metric not in SLO_METRICS or stat not in SLO_STATS:
+            raise UsageError(f"--slo: unknown key {key!r}; use {{{','.join(SLO_METRICS)}}}_{{{','.join(SLO_STATS)}}}, "
+                             "error_rate or goodput_ratio")
+        out.append(Slo(key, parse_seconds(value, f"--slo {key}")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one run needs. ``api_key`` is excluded from ``repr`` and from :meth:`public`."""
+
+    url: str
+    model: Optional[str] = None
+    endpoint: str = "chat"
+    stream: bool = True
+    # arrivals: exactly one of rate / concurrency / replay
+    rate: Optional[float] = None
+    concurrency: Optional[int] = None
+    replay: bool = False
+    replay_speed: float = 1.0
+    arrival: str = "poisson"
+    burstiness: float = 1.0  # gamma shape; 1 = Poisson
+    ramp_s: float = 0.0
+    duration_s: Optional[float] = None
+    max_requests: Optional[int] = None
+    warmup_s: float = 0.0
+    # requests
+    requests_log: Optional[str] = None
+    input_len: LengthDist = LengthDist("fixed", 128)
+    output_len: LengthDist = LengthDist("fixed", 64)
+    ignore_eos: Optional[bool] = None  # None: send it when the server is vLLM / SGLang
+    seed: int = 0
+    timeout_s: float = 120.0
+    max_inflight: int = 20000
+    # trust
+    unreachable_after_s: float = 3.0
+    lag_p50_limit_s: float = 0.010
+    lag_p99_limit_s: float = 0.050
+    min_rate_ratio: float = 0.99
+    # server side
+    scrape_interval_s: float = 1.0
+    scrape_metrics: bool = True
+    # scale-out
+    workers: int = 1
+    ray_address: Optional[str] = None  # run the workers as Ray actors on this cluster ("local": a private one)
+    slo: tuple[Slo, ...] = ()
+    api_key: Optional[str] = field(default=None, repr=False)
+
+    def validate(self) -> "BenchConfig":
+        u = urllib.parse.urlsplit(self.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise UsageError(f"--url: expected http://HOST:PORT, got {self.url!r}")
+        if self.endpoint not in ENDPOINTS:
+            raise UsageError(f"--endpoint must be one of {', '.join(ENDPOINTS)}")
+        modes = sum((self.rate is not None, self.concurrency is not None, self.replay))
+        if modes != 1:
+            raise UsageError("give exactly one of --rate / --target-qps, --concurrency, or --replay (with --requests)")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise UsageError(f"--rate must be a positive number, got {self.rate}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise UsageError(f"--concurrency must be at least 1, got {self.concurrency}")
+        if self.replay and not self.requests_log:
+            raise UsageError("--replay needs --requests LOG (its timestamps are replayed)")
+        if self.replay_speed <= 0:
+            raise UsageError("--factor must be positive")
+        if self.arrival not in ARRIVALS:
+            raise UsageError(f"--arrival must be one of {', '.join(ARRIVALS)}")
+        if self.burstiness <= 0:
+            raise UsageError("--burstiness must be positive")
+        if self.duration_s is None and self.max_requests is None and not self.replay:
+            raise UsageError("give --duration and/or --max-requests: a run must be bounded")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise UsageError("--duration must be positive")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise UsageError("--max-requests must be at least 1")
+        if self.warmup_s < 0 or self.ramp_s < 0:
+            raise UsageError("--warmup and --ramp must not be negative")
+        if self.timeout_s <= 0:
+            raise UsageError("--timeout must be positive")
+        if self.workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if self.ray_address is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise UsageError("--ray-address needs Ray: pip install 'kvplan[ray]'")
+        if self.scrape_interval_s <= 0:
+            raise UsageError("--scrape-interval must be positive")
+        if {"log", "empirical"} & {self.input_len.kind, self.output_len.kind} and not self.requests_log:
+            raise UsageError("a 'log' or 'empirical' length needs --requests LOG")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/").removesuffix("/v1")
+
+    @property
+    def path(self) -> str:
+        return ENDPOINTS[self.endpoint]
+
+    @property
+    def mode(self) -> str:
+        return "replay" if self.replay else ("open" if self.rate is not None else "closed")
+
+    @property
+    def is_local(self) -> bool:
+        return urllib.parse.urlsplit(self.url).hostname in LOOPBACK_HOSTS
+
+    def public(self) -> dict:
+        """The config as recorded in the result: the API key is never written, only whether one was used."""
+        d = asdict(self)
+        d.pop("api_key")
+        d["api_key_set"] = bool(self.api_key)
+        d["input_len"] = self.input_len.describe()
+        d["output_len"] = self.output_len.describe()
+        d["slo"] = {s.key: s.limit for s in self.slo}
+        return d

@@ -1,0 +1,242 @@
+"""``BenchResult``: the one contract between a run and everything that reads it (terminal summary,
+HTML report, JSON file, ``bench compare``). :func:`build_result` computes it from the raw
+per-request records; renderers never recompute metrics.
+
+The JSON schema is documented in docs/bench.md (``schema_version`` 1; fields are only added).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from . import stats
+from .client import Record
+from .config import BenchConfig
+
+SCHEMA_VERSION = 1
+SAMPLE_CAP = 20_000  # per-request latency samples kept in the JSON for `bench compare`
+LATENCY_KEYS = ("ttft", "tpot", "itl", "e2e")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    value: Any = None
+    limit: Any = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "value": self.value, "limit": self.limit, "note": self.note}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One run. Every section is plain JSON-ready data; ``to_dict()`` is the file format."""
+
+    meta: Mapping[str, Any]
+    config: Mapping[str, Any]
+    requests: Mapping[str, Any]
+    errors: Mapping[str, int]
+    error_examples: Mapping[str, str]
+    finish_reasons: Mapping[str, int]
+    tokens: Mapping[str, Any]
+    rate: Mapping[str, Any]
+    schedule_lag_s: Mapping[str, Any]
+    client_bound: bool
+    client_bound_reasons: tuple[str, ...]
+    client: Mapping[str, Any]
+    latency_s: Mapping[str, Mapping[str, Any]]
+    throughput: Mapping[str, Any]
+    goodput: Mapping[str, Any]
+    timeline: tuple[Mapping[str, Any], ...]
+    server: Mapping[str, Any]
+    gpu: Mapping[str, Any]
+    samples: Mapping[str, Sequence[float]]
+    partial: bool
+    stop_reason: str
+    checks: tuple[Check, ...] = ()
+    records_file: Optional[str] = None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "kvplan.bench", **dict(self.meta),
+            "config": dict(self.config), "partial": self.partial, "stop_reason": self.stop_reason,
+            "verdict": {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]},
+            "requests": dict(self.requests), "errors": dict(self.errors), "error_examples": dict(self.error_examples),
+            "finish_reasons": dict(self.finish_reasons), "tokens": dict(self.tokens), "rate": dict(self.rate),
+            "schedule_lag_s": dict(self.schedule_lag_s), "client_bound": self.client_bound,
+            "client_bound_reasons": list(self.client_bound_reasons), "client": dict(self.client),
+            "latency_s": {k: dict(v) for k, v in self.latency_s.items()}, "throughput": dict(self.throughput),
+            "goodput": dict(self.goodput), "timeline": [dict(t) for t in self.timeline], "server": dict(self.server),
+            "gpu": dict(self.gpu), "samples": {k: list(v) for k, v in self.samples.items()},
+            "records_file": self.records_file,
+        }
+
+
+def _rate(n: int, a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if n < 2 or a is None or b is None or b <= a:
+        return None
+    return round((n - 1) / (b - a), 6)
+
+
+def _timeline(recs: Sequence[Record], end: float) -> tuple[dict, ...]:
+    """Per-second client view: requests sent / completed / failed, output tokens, median TTFT and
+    E2E of the requests that ended in that second, requests in flight at the second's end."""
+    nbins = max(1, int(math.ceil(end)))
+    if nbins > 36_000:
+        nbins = 36_000  # 10 hours of 1 s bins is plenty for a chart
+    rows = [{"t": float(i), "sent": 0, "completed": 0, "failed": 0, "output_tokens": 0, "_ttft": [], "_e2e": []}
+            for i in range(nbins)]
+    events: list[tuple[float, int]] = []
+    for r in recs:
+        if r.sent is not None:
+            rows[min(nbins - 1, max(0, int(r.sent)))]["sent"] += 1
+            events.append((r.sent, 1))
+        if r.end is not None:
+            row = rows[min(nbins - 1, max(0, int(r.end)))]
+            events.append((r.end, -1))
+            if r.ok:
+                row["completed"] += 1
+                row["output_tokens"] += r.output_tokens or 0
+                if r.ttft is not None:
+                    row["_ttft"].append(r.ttft)
+                if r.e2e is not None:
+                    row["_e2e"].append(r.e2e)
+            else:
+                row["failed"] += 1
+    events.sort()
+    inflight, j = 0, 0
+    for i, row in enumerate(rows):
+        while j < len(events) and events[j][0] < i + 1:
+            inflight += events[j][1]
+            j += 1
+        row["inflight"] = inflight
+        row["ttft_p50"] = stats.percentile(sorted(row.pop("_ttft")), 50)
+        row["e2e_p50"] = stats.percentile(sorted(row.pop("_e2e")), 50)
+    return tuple(rows)
+
+
+def _goodput(ok: Sequence[Record], total: int, window: Optional[float], slo: Mapping[str, float]) -> dict:
+    """Requests meeting every per-request latency limit of the SLO (the limit of ``ttft_p99`` is
+    applied to each request's TTFT, as vLLM's ``--goodput``); failures never count as good."""
+    limits = {}
+    for key, limit in slo.items():
+        metric = key.split("_")[0]
+        if metric in ("ttft", "tpot", "e2e"):
+            limits[metric] = min(limit, limits.get(metric, math.inf))
+    good = 0
+    for r in ok:
+        vals = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e}
+        if all(vals[m] is None or vals[m] <= lim for m, lim in limits.items()):
+            good += 1
+    return {"limits_s": limits, "requests": good, "ratio": round(good / total, 6) if total else None,
+            "requests_per_s": round(good / window, 6) if window else None}
+
+
+def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[str, Any], server: Mapping[str, Any],
+                 gpu: Mapping[str, Any], stop_reason: str, cpu_s: float, wall_s: float) -> BenchResult:
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    errors: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for r in failed:
+        errors[r.error] = errors.get(r.error, 0) + 1
+        examples.setdefault(r.error, r.detail or "")
+    finish: dict[str, int] = {}
+    for r in measured:
+        if r.finish_reason:
+            finish[r.finish_reason] = finish.get(r.finish_reason, 0) + 1
+
+    sent = sorted(r.sent for r in measured if r.sent is not None)
+    sched = sorted(r.scheduled for r in measured if r.sent is not None)
+    ends = [r.end for r in measured if r.end is not None]
+    window = (max(ends) - sent[0]) if sent and ends and max(ends) > sent[0] else None
+    lags = [r.lag for r in measured if r.lag is not None]
+    lag = stats.summarize(lags)
+    achieved = _rate(len(sent), sent[0] if sent else None, sent[-1] if sent else None)
+    scheduled = _rate(len(sched), sched[0] if sched else None, sched[-1] if sched else None)
+    requested = cfg.rate if cfg.mode == "open" else (scheduled if cfg.mode == "replay" else None)
+    ratio = round(achieved / scheduled, 6) if achieved and scheduled else None
+
+    reasons: list[str] = []
+    if cfg.mode in ("open", "replay") and len(lags) >= 2:
+        if lag["p50"] is not None and lag["p50"] > cfg.lag_p50_limit_s:
+            reasons.append(f"median schedule lag {lag['p50'] * 1e3:.1f} ms > {cfg.lag_p50_limit_s * 1e3:g} ms")
+        if lag["p99"] is not None and lag["p99"] > cfg.lag_p99_limit_s:
+            reasons.append(f"p99 schedule lag {lag['p99'] * 1e3:.1f} ms > {cfg.lag_p99_limit_s * 1e3:g} ms")
+        if ratio is not None and len(sent) >= 10 and ratio < cfg.min_rate_ratio:
+            reasons.append(f"achieved rate {achieved:.2f}/s is {ratio:.1%} of the scheduled {scheduled:.2f}/s")
+    elif cfg.mode == "closed" and lag["p99"] is not None and lag["p99"] > cfg.lag_p99_limit_s:
+        reasons.append(f"p99 send delay {lag['p99'] * 1e3:.1f} ms > {cfg.lag_p99_limit_s * 1e3:g} ms")
+
+    itl_all = [g for r in ok for g in r.itls()]
+    lat = {"ttft": stats.summarize([r.ttft for r in ok if r.ttft is not None]),
+           "tpot": stats.summarize([r.tpot for r in ok if r.tpot is not None]),
+           "itl": stats.summarize(itl_all),
+           "e2e": stats.summarize([r.e2e for r in ok if r.e2e is not None])}
+    in_tok = sum(r.prompt_tokens or 0 for r in ok)
+    out_tok = sum(r.output_tokens or 0 for r in ok)
+    total = len(measured)
+    slo = {s.key: s.limit for s in cfg.slo}
+    goodput = _goodput(ok, total, window, slo)
+    cpu_util = round(cpu_s / wall_s, 4) if wall_s > 0 else None
+    end = max([r.end for r in records if r.end is not None] + [0.0])
+    timeline = _timeline(records, end)
+    samples = {k: [round(v, 6) for v in stats.subsample(vals, SAMPLE_CAP, seed=i)] for i, (k, vals) in enumerate((
+        ("ttft", [r.ttft for r in ok if r.ttft is not None]),
+        ("tpot", [r.tpot for r in ok if r.tpot is not None]),
+        ("e2e", [r.e2e for r in ok if r.e2e is not None]),
+        ("itl", itl_all)))}
+    partial = stop_reason != "completed"
+    checks = [
+        Check("run_complete", not partial, stop_reason, "completed",
+              "" if not partial else "the run stopped early; results are partial"),
+        Check("not_client_bound", not reasons, "; ".join(reasons) or "ok", None,
+              "the load generator fell behind its schedule: the numbers describe the client" if reasons else ""),
+        Check("some_requests_ok", bool(ok), len(ok), ">0"),
+    ]
+    error_rate = round(len(failed) / total, 6) if total else None
+    for s in cfg.slo:
+        if s.key == "error_rate":
+            value = error_rate
+        elif s.key == "goodput_ratio":
+            value = goodput["ratio"]
+        else:
+            metric, stat = s.key.split("_", 1)
+            value = lat[metric].get(stat)
+        if value is None:
+            checks.append(Check(s.key, False, None, s.limit, "no data to judge"))
+        else:
+            passed = value >= s.limit if s.lower_bound else value <= s.limit
+            checks.append(Check(s.key, passed, value, s.limit))
+    return BenchResult(
+        meta=meta, config=cfg.public(),
+        requests={"total": total, "ok": len(ok), "failed": len(failed), "error_rate": error_rate,
+                  "warmup_excluded": len(records) - total},
+        errors=errors, error_examples=examples, finish_reasons=finish,
+        tokens={"input_total": in_tok, "output_total": out_tok,
+                "usage_missing": sum(1 for r in ok if r.usage_missing),
+                "output_chunks_total": sum(r.chunks for r in ok)},
+        rate={"requested": requested, "scheduled": scheduled, "achieved": achieved, "achieved_ratio": ratio,
+              "mode": cfg.mode},
+        schedule_lag_s=lag, client_bound=bool(reasons), client_bound_reasons=tuple(reasons),
+        client={"workers": cfg.workers, "cpu_s": round(cpu_s, 3), "wall_s": round(wall_s, 3),
+                "cpu_utilization": cpu_util},
+        latency_s=lat,
+        throughput={"window_s": round(window, 6) if window else None,
+                    "requests_per_s": round(len(ok) / window, 6) if window else None,
+                    "output_tokens_per_s": round(out_tok / window, 6) if window else None,
+                    "input_tokens_per_s": round(in_tok / window, 6) if window else None},
+        goodput=goodput, timeline=timeline, server=server, gpu=gpu, samples=samples, partial=partial,
+        stop_reason=stop_reason, checks=tuple(checks))

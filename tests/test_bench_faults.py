@@ -1,0 +1,136 @@
+"""Fault tests: each fault is counted and classified, the run ends on time, the result file is
+valid. Faults a real server cannot be made to show on demand come from the FAKE server
+(kvplan.bench.fake_server, a real subprocess on 127.0.0.1); the server-killed case kills that
+process by PID mid-run. Every run is bounded in requests and seconds."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from test_bench_support import KVPLAN, bench, fake_server
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _valid(d: dict) -> None:
+    assert d["kind"] == "kvplan.bench" and d["schema_version"] == 1
+    r = d["requests"]
+    assert r["total"] == r["ok"] + r["failed"]
+    assert sum(d["errors"].values()) == r["failed"]
+
+
+def test_connection_refused_stops_early_and_is_partial(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}"
+    t = time.monotonic()
+    p, d = bench(url, tmp_path / "r.json", "--model", "m", "--rate", "20", "--duration", "20s", timeout=60)
+    took = time.monotonic() - t
+    assert p.returncode == 1, p.stderr
+    _valid(d)
+    assert set(d["errors"]) == {"connect_refused"} and d["requests"]["ok"] == 0
+    assert d["partial"] and d["stop_reason"] == "server_unreachable"
+    assert took < 15  # the unreachable server ended the run after ~3 s, not the 20 s duration
+
+
+def test_no_model_and_no_server_exits_1(tmp_path):
+    p, d = bench(f"http://127.0.0.1:{_free_port()}", tmp_path / "r.json", "--rate", "1", "--duration", "1s")
+    assert p.returncode == 1 and "cannot list models" in p.stderr and d is None
+
+
+def test_server_killed_mid_run(tmp_path):
+    with fake_server("--itl", "0.02") as (port, proc):
+        killer = threading.Timer(3.0, lambda: os.kill(proc.pid, signal.SIGKILL))  # our own fake, by PID
+        killer.start()
+        t = time.monotonic()
+        try:
+            p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--duration", "30s",
+                         "--output-len", "50", "--timeout", "10s", timeout=60)
+        finally:
+            killer.cancel()
+        took = time.monotonic() - t
+    assert p.returncode == 1
+    _valid(d)
+    assert d["partial"] and d["stop_reason"] == "server_unreachable"
+    assert d["requests"]["ok"] >= 3  # the first seconds worked
+    assert d["errors"].get("broken_stream", 0) >= 1  # streams cut by the kill
+    assert d["errors"].get("connect_refused", 0) >= 3
+    assert took < 20
+    recs = [json.loads(x) for x in (tmp_path / "r.records.jsonl").read_text().splitlines()]
+    assert len(recs) == d["requests"]["total"]
+
+
+@pytest.mark.parametrize("code", [429, 500, 503])
+def test_http_status_codes_classified_with_body(tmp_path, code):
+    with fake_server("--mode", f"status:{code}", "--fault-every", "3") as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "50", "--arrival", "constant",
+                     "--max-requests", "30", "--output-len", "4")
+    _valid(d)
+    assert d["requests"]["total"] == 30
+    assert d["errors"] == {f"http_{code}": 10}  # every 3rd of the 30 the fake received
+    assert f"fake {code}" in d["error_examples"][f"http_{code}"]
+    assert p.returncode == 0  # no SLO on errors was given; the failures are still counted
+
+
+def test_error_rate_slo_fails_the_run(tmp_path):
+    with fake_server("--mode", "status:500", "--fault-every", "4") as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "50", "--max-requests", "20",
+                     "--output-len", "4", "--slo", "error_rate=0")
+    assert p.returncode == 1
+    chk = {c["name"]: c for c in d["verdict"]["checks"]}
+    assert not chk["error_rate"]["passed"] and chk["error_rate"]["value"] == 0.25
+
+
+@pytest.mark.parametrize("mode, klass", [("drop", "broken_stream"), ("garbage", "malformed_sse"),
+                                         ("truncate", "truncated")])
+def test_stream_faults(tmp_path, mode, klass):
+    with fake_server("--mode", mode) as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--max-requests", "10",
+                     "--output-len", "8", "--endpoint", "completions")
+    _valid(d)
+    assert d["errors"] == {klass: 10} and d["requests"]["ok"] == 0
+    assert p.returncode == 1  # no request succeeded
+
+
+def test_slow_server_times_out_on_time(tmp_path):
+    with fake_server("--mode", "slow", "--slow-s", "60") as (port, _):
+        t = time.monotonic()
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "5", "--duration", "2s",
+                     "--timeout", "1s", timeout=60)
+        took = time.monotonic() - t
+    _valid(d)
+    assert set(d["errors"]) == {"timeout"} and d["requests"]["failed"] == d["requests"]["total"] >= 5
+    assert took < 12  # duration 2 s + timeout 1 s + start-up, not the server's 60 s stall
+    assert not d["partial"]
+
+
+def test_ctrl_c_writes_partial_result(tmp_path):
+    out = tmp_path / "r.json"
+    with fake_server("--itl", "0.01") as (port, _):
+        proc = subprocess.Popen([*KVPLAN, "bench", "--url", f"http://127.0.0.1:{port}", "--rate", "20", "--duration",
+                                 "60s", "--output-len", "30", "--output", str(out), "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(3.0)
+            proc.send_signal(signal.SIGINT)  # what Ctrl-C does
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, stderr
+    d = json.loads(out.read_text())
+    _valid(d)
+    assert d["partial"] and d["stop_reason"] == "interrupted"
+    assert d["requests"]["ok"] > 5
+    assert set(d["errors"]) <= {"cancelled"}

@@ -1,0 +1,112 @@
+"""`kvplan bench` against the real vLLM CPU server (shared tiny-Llama, float32): the client's
+counts equal the server's own counters, its latencies fall in the server's histogram buckets,
+and KV usage is captured on the run's time axis. Short runs (~10 s, a few requests per second,
+small max_tokens: the CPU server does ~500 output tokens/s)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.bench.config import BenchConfig, parse_length, parse_slo
+from kvplan.bench.metrics import Histogram
+from kvplan.bench.run import run_bench
+
+pytestmark = pytest.mark.vllm
+
+RATE, DURATION, OUT_LEN = 3.0, 10.0, 48
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_llama_server):
+    cfg = BenchConfig(url=tiny_llama_server.base_url, rate=RATE, arrival="constant", duration_s=DURATION,
+                      input_len=parse_length("64", "x"), output_len=parse_length(str(OUT_LEN), "x"), timeout_s=60,
+                      slo=parse_slo("ttft_p99=10s,error_rate=0"))
+    result, records = run_bench(cfg)
+    return tiny_llama_server, result.to_dict(), records
+
+
+def _bucket_index(buckets, value: float) -> int:
+    for i, (le, _) in enumerate(buckets):
+        le = float("inf") if le == "+Inf" else le
+        if value <= le:
+            return i
+    return len(buckets) - 1
+
+
+def test_request_and_token_counts_match_the_server(bench_run):
+    server, d, records = bench_run
+    assert d["model"] == server.served_model_name  # discovered from /v1/models
+    assert d["ignore_eos"] is True  # owned_by: vllm
+    n = int(RATE * DURATION)
+    assert d["requests"] == {"total": n, "ok": n, "failed": 0, "error_rate": 0.0, "warmup_excluded": 0}
+    assert d["errors"] == {} and not d["partial"] and d["verdict"]["passed"], d["verdict"]
+    deltas = d["server"]["deltas"]
+    assert d["tokens"]["output_total"] == n * OUT_LEN == deltas["vllm:generation_tokens_total"]
+    assert d["tokens"]["input_total"] == deltas["vllm:prompt_tokens_total"]
+    assert d["tokens"]["usage_missing"] == 0
+    assert deltas["vllm:request_success_total"] == n
+    assert d["finish_reasons"] == {"length": n}
+    assert deltas.get("vllm:num_preemptions_total", 0) == 0
+
+
+def test_latencies_fall_in_the_server_histogram_buckets(bench_run):
+    _, d, _ = bench_run
+    hists = d["server"]["histograms"]
+    n = int(RATE * DURATION)
+    for key in ("ttft", "e2e"):
+        h = hists[key]
+        assert h["count"] == n  # the server observed exactly our requests
+        server_p50 = h["p50"]
+        client_p50 = d["latency_s"][key]["p50"]
+        # the client adds HTTP and detokenisation time; it must land in the server's median bucket or the next
+        bi, ci = _bucket_index(h["buckets"], server_p50), _bucket_index(h["buckets"], client_p50)
+        assert 0 <= ci - bi <= 1, (key, server_p50, client_p50, h["buckets"])
+        assert client_p50 >= h["buckets"][bi - 1][0] if bi > 0 else True
+        # the server's own mean is below the client's (same requests, measured later and earlier)
+        assert h["mean"] <= d["latency_s"][key]["mean"] * 1.05
+    b = [(float("inf") if le == "+Inf" else le, c) for le, c in hists["ttft"]["buckets"]]
+    assert Histogram(tuple(b), 0, n).quantile(0.5) == pytest.approx(hists["ttft"]["p50"], abs=1e-6)
+
+
+def test_kv_usage_and_queue_on_the_time_axis(bench_run):
+    _, d, _ = bench_run
+    srv = d["server"]
+    assert srv["available"] and srv["names_used"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+    samples = srv["samples"]
+    assert len(samples) >= DURATION - 1  # one a second
+    ts = [s["t"] for s in samples]
+    assert ts == sorted(ts) and ts[0] < 2.0 and ts[-1] >= DURATION - 1
+    assert max(s["kv_cache_usage"] or 0 for s in samples) > 0
+    assert max(s["requests_running"] or 0 for s in samples) >= 1
+    # per-interval deltas add up to the run's delta
+    assert sum(s["generation_tokens"] or 0 for s in samples) == srv["deltas"]["vllm:generation_tokens_total"]
+    json.dumps(d, allow_nan=False)  # the result is valid JSON
+
+
+def test_client_kept_its_schedule(bench_run):
+    _, d, _ = bench_run
+    assert not d["client_bound"], d["client_bound_reasons"]
+    assert d["rate"]["requested"] == RATE and d["rate"]["achieved"] == pytest.approx(RATE, rel=0.02)
+    assert d["schedule_lag_s"]["p50"] < 0.005
+
+
+def test_non_streaming_completions(tiny_llama_server):
+    cfg = BenchConfig(url=tiny_llama_server.base_url, endpoint="completions", stream=False, concurrency=2,
+                      max_requests=4, output_len=parse_length("8", "x"), input_len=parse_length("16", "x"),
+                      timeout_s=60)
+    d = run_bench(cfg)[0].to_dict()
+    assert d["requests"]["ok"] == 4 and d["tokens"]["output_total"] == 32
+    assert d["latency_s"]["ttft"]["count"] == 4 and d["latency_s"]["itl"]["count"] == 0  # one chunk each
+
+
+def test_print_numbers_for_the_record(bench_run, capsys):
+    """Not an assertion of speed: prints what the run measured (visible with -s)."""
+    _, d, _ = bench_run
+    with capsys.disabled():
+        print("\n[bench vs vLLM] client TTFT p50 %.1f ms, server TTFT p50 %.1f ms; client E2E p50 %.1f ms, "
+              "server E2E p50 %.1f ms; lag p50 %.2f ms; KV max %.2f%%" % (
+                  d["latency_s"]["ttft"]["p50"] * 1e3, d["server"]["histograms"]["ttft"]["p50"] * 1e3,
+                  d["latency_s"]["e2e"]["p50"] * 1e3, d["server"]["histograms"]["e2e"]["p50"] * 1e3,
+                  d["schedule_lag_s"]["p50"] * 1e3,
+                  100 * max(s["kv_cache_usage"] or 0 for s in d["server"]["samples"])))
