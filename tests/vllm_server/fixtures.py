@@ -8,7 +8,7 @@ Policy for tests marked ``@pytest.mark.vllm`` (autouse fixture ``_vllm_mark_poli
 * vLLM venv missing/broken -> **failed** with the install hint (never silently skipped).
 
 Servers are session-scoped and shared per configuration (``ServerConfig``: model + args + env)
-in a ``ServerPool``.  At the start of the session, every configuration that a selected test
+in a ``ServerPool``.  When the first test that needs a server runs, every configuration that a selected test
 will need (found through the fixture names in ``PRELAUNCH``) is launched at once, so the
 ~30-50 s start-ups overlap instead of adding up; a fixture then only waits for ``/health``.
 Every server is stopped (process group, by PID) at session end, and
@@ -33,7 +33,6 @@ __all__ = [
     "pytest_configure",
     "_vllm_mark_policy",
     "_vllm_no_stray_processes",
-    "_vllm_prelaunch",
     "vllm_version",
     "tiny_llama_model",
     "vllm_servers",
@@ -201,35 +200,34 @@ def vllm_version() -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(vllm_version: str) -> Iterator[ServerPool]:
-    """The session's ServerPool: ``vllm_servers.get(cfg)`` / ``.wait_exit(cfg)`` / ``.stop(cfg)``."""
+def vllm_servers(request: pytest.FixtureRequest, vllm_version: str,
+                 _vllm_no_stray_processes: None) -> Iterator[ServerPool]:
+    """The session's ServerPool: ``vllm_servers.get(cfg)`` / ``.wait_exit(cfg)`` / ``.stop(cfg)``.
+
+    Created by the first test that needs a server; it then launches, in parallel, every server
+    configuration the selected tests will ask for, so the ~30-50 s start-ups overlap. Launching
+    here rather than at session start keeps the CPU-heavy start-ups away from the rest of the
+    suite, whose timing-sensitive tests (load generation, time-outs) run before."""
     pool = ServerPool()
     try:
+        if os.environ.get("KVPLAN_VLLM_PRELAUNCH", "1").strip() not in {"0", "false", "no", "off"}:
+            for cfg in _wanted_configs(request.session):
+                pool.launch(cfg)
         yield pool
     finally:
         pool.stop_all()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _vllm_prelaunch(request: pytest.FixtureRequest, _vllm_no_stray_processes: None) -> None:
-    """Launch, in parallel, every server configuration the selected tests will ask for."""
-    if env.skip_requested() or _env_problem():
-        return  # the tests themselves skip / fail loudly
-    if os.environ.get("KVPLAN_VLLM_PRELAUNCH", "1").strip() in {"0", "false", "no", "off"}:
-        return
-    wanted = [
+def _wanted_configs(session: pytest.Session) -> list[ServerConfig]:
+    """Every configuration a selected ``vllm`` test asks for through a PRELAUNCH fixture."""
+    return [
         cfg
         for name, cfg in PRELAUNCH.items()
         if any(
             name in getattr(item, "fixturenames", ()) and item.get_closest_marker("vllm") is not None
-            for item in request.session.items
+            for item in session.items
         )
     ]
-    if len(wanted) < 2:
-        return  # nothing to overlap
-    pool: ServerPool = request.getfixturevalue("vllm_servers")
-    for cfg in wanted:
-        pool.launch(cfg)
 
 
 @pytest.fixture(scope="session")
