@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo test test-fast vllm-env bench clean
+.PHONY: demo test test-fast vllm-env promtool bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,12 +27,16 @@ demo: $(STAMP)
 vllm-env:
 	bash scripts/vllm-test-env
 
+# promtool (Debian's prometheus package) validates the alert rules `kvplan alerts` writes.
+promtool:
+	bash scripts/promtool-env
+
 # Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
-test: $(STAMP) vllm-env
+test: $(STAMP) vllm-env promtool
 	$(PY) -m pytest
 
 # Everything but the tests that need the real vLLM server.
-test-fast: $(STAMP)
+test-fast: $(STAMP) promtool
 	KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
 
 bench: $(STAMP)

@@ -260,6 +260,11 @@ from .bench import register as _register_bench  # noqa: E402
 
 _register_bench(app)
 
+# `kvplan alerts`, `kvplan doctor`, `kvplan watch` (kvplan.cli.ops imports nothing heavy at module level).
+from .ops import register as _register_ops  # noqa: E402
+
+_register_ops(app)
+
 
 def main() -> None:
     try:

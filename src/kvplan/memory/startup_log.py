@@ -123,12 +123,44 @@ def _config_line(text: str) -> dict[str, Any]:
     return out
 
 
+# Terminal colour / cursor codes (vLLM colours its log prefix when stdout is a TTY; `docker logs`
+# and `kubectl logs` keep them).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# A new server run in the same file: each start prints its version or its non-default args once.
+_RUN_START = re.compile(r"vLLM API server version|non-default args:|Initializing an? (?:V1 )?LLM engine")
+
+
+def clean_line(line: str) -> str:
+    """The line without ANSI escape codes and trailing whitespace (prefixes are kept: patterns
+    are searched, not anchored)."""
+    return _ANSI.sub("", line).rstrip() if "\x1b" in line else line.rstrip()
+
+
+def split_runs(lines: list[str]) -> list[tuple[int, int]]:
+    """``[(start, end), ...]`` line ranges (0-based, end exclusive), one per server run. A run
+    begins at the first start-up marker after the previous run has already shown that marker."""
+    starts = [0]
+    seen: set[str] = set()
+    for i, line in enumerate(lines):
+        m = _RUN_START.search(line) if len(line) < 200_000 else None
+        if not m:
+            continue
+        key = m.group(0)[:12]
+        if key in seen:
+            starts.append(i)
+            seen = set()
+        seen.add(key)
+    bounds = sorted(set(starts))
+    return [(a, b) for a, b in zip(bounds, bounds[1:] + [len(lines)]) if b > a] or [(0, len(lines))]
+
+
 def parse_startup_log(text: str, path: str = "") -> StartupLog:
     log = StartupLog(path=path)
     for line in text.splitlines():
         log.lines_read += 1
         if len(line) > 200_000:
             continue  # a runaway line is not a log line
+        line = clean_line(line)
         for name, pattern in _PATTERNS:
             m = pattern.search(line)
             if not m:

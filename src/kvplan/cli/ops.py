@@ -1,0 +1,186 @@
+"""``kvplan alerts``, ``kvplan doctor`` and ``kvplan watch``: thin CLI over kvplan.ops. ``register(app)`` adds the commands (main.py calls
+it). Only typer and the standard library at module level: main.py imports this for every command
+and ``kvplan plan`` must stay fast.
+
+Exit codes: alerts 0 written; doctor 0 no error-level finding, 1 at least one; watch --once 0 up, 1 down;
+2 usage errors.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+
+
+def _fail(exc: Exception, code: int = 2) -> None:
+    typer.echo(f"kvplan: error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def alerts_cmd(
+    output_dir: Path = typer.Option(..., "--output-dir", "-o", help="Folder for kvplan-alerts.yml and kvplan-dashboard.json."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Use this vLLM version's metric names (default 0.33)."),
+    thresholds: Optional[str] = typer.Option(
+        None, "--thresholds",
+        help="KEY=VALUE,… : kv_cache_usage=0.9, e2e_p99=2s, ttft_p99=1s, waiting=10, preemptions=0, gpu_memory=0.9, "
+             "for=5m (how long before firing), window=5m (rate window)."),
+    model_name: Optional[List[str]] = typer.Option(None, "--model-name", help="Only these served model names (repeatable)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json (what was written)."),
+) -> None:
+    """Write Prometheus alerting rules and a Grafana dashboard for a vLLM deployment."""
+    from ..ops import alerts
+    from ..ops.thresholds import parse_thresholds
+
+    try:
+        if fmt not in ("table", "json"):
+            raise UsageError(f"--format: expected table or json, got {fmt!r}")
+        th = parse_thresholds(thresholds)
+        out = alerts.write(output_dir, th, vllm_version, model_name or ())
+    except UsageError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(UsageError(f"--output-dir {output_dir}: {exc.strerror or exc}"))
+    if fmt == "json":
+        sys.stdout.write(json.dumps(out.to_dict(), indent=2) + "\n")
+        return
+    typer.echo(f"wrote {out.rules_path} (Prometheus rules) and {out.dashboard_path} (Grafana dashboard) "
+               f"for vLLM {out.names.version} metric names")
+    typer.echo("check the rules with: promtool check rules " + str(out.rules_path))
+
+
+
+
+def doctor_cmd(
+    logs: List[str] = typer.Argument(..., help="vLLM log files (- for stdin)."),
+    requests: Optional[List[str]] = typer.Option(None, "--requests", help="Request log(s) (any format kvplan lengths "
+                                                 "reads): which share of your requests each suggested max_model_len covers."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+) -> None:
+    """Diagnose vLLM logs: findings with evidence lines, numbers and ranked fixes.
+
+    Exit codes: 0 no error-level finding; 1 at least one; 2 usage errors."""
+    from ..ops.doctor import diagnose, read_source
+
+    try:
+        if fmt not in ("table", "json", "markdown"):
+            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        stdin_text = sys.stdin.read() if "-" in logs else None
+        sources = [read_source(p, stdin_text) for p in logs]
+        coverage = _coverage(requests) if requests else None
+        report = diagnose(sources, coverage)
+    except UsageError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    elif fmt == "markdown":
+        from ..report.doctor_markdown import render_markdown
+
+        sys.stdout.write(render_markdown(report))
+    else:
+        from ..report.doctor_text import render_text
+
+        sys.stdout.write(render_text(report))
+    raise typer.Exit(0 if report.healthy else 1)
+
+
+def _coverage(paths: List[str]):
+    """length -> (share of requests that fit, label), from kvplan.workload's exact histograms
+    (server-reported usage, or a character estimate when the log has only text)."""
+    from ..workload.analysis import LengthsOptions, analyze_lengths
+    from ..workload.finalize import coverage_at
+
+    result = analyze_lengths(list(paths), None, LengthsOptions(estimate=True))
+
+    def cover(length: int):
+        row = coverage_at(result, length)
+        return row.fits_share, row.label
+
+    # the P99 of prompt + output budget: the max_model_len that serves 99% of these requests whole
+    cover.p99 = result.total_tokens.p99 if result.total_tokens.count else None  # type: ignore[attr-defined]
+    return cover
+
+
+def watch_cmd(
+    url: str = typer.Argument(..., help="vLLM server base URL, e.g. http://127.0.0.1:8000"),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between scrapes."),
+    window: float = typer.Option(60.0, "--window", help="Sliding window (seconds) for rates and percentiles."),
+    thresholds: Optional[str] = typer.Option(None, "--thresholds", help="As kvplan alerts: gpu_memory=0.9,e2e_p99=2s,…"),
+    once: bool = typer.Option(False, "--once", help="Print one snapshot (two scrapes --interval apart) and exit."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Stop after this many seconds (default: Ctrl-C)."),
+) -> None:
+    """Live view of a vLLM server's /metrics: KV usage, queue, preemptions, tokens/s, TTFT/E2E/queue P50/P99.
+
+    Exit codes: 0 (with --once: the server answered), 1 --once and the server is down, 2 usage errors."""
+    import time
+
+    from ..ops.thresholds import parse_thresholds
+    from ..ops.watch import Watcher, is_local
+
+    try:
+        if fmt not in ("table", "json"):
+            raise UsageError(f"--format: expected table or json, got {fmt!r}")
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"URL must start with http:// or https://, got {url!r}")
+        if not 0.05 <= interval <= 3600 or not 0 < window <= 86400:
+            raise UsageError("--interval must be in [0.05, 3600] s and --window in (0, 86400] s")
+        if duration is not None and duration <= 0:
+            raise UsageError("--duration must be positive")
+        th = parse_thresholds(thresholds)
+    except UsageError as exc:
+        _fail(exc)
+    gpu = None
+    if is_local(url):
+        from ..bench.scrape import GpuSampler
+
+        gpu = GpuSampler()
+    w = Watcher(url, window, th, gpu=gpu)
+    if once:
+        w.poll()
+        time.sleep(interval)
+        snap = w.poll()
+        if fmt == "json":
+            sys.stdout.write(json.dumps(snap.to_dict(), indent=2) + "\n")
+        else:
+            from rich.console import Console
+
+            from ..ops.watch_view import render_table
+
+            Console().print(render_table(snap))
+        raise typer.Exit(0 if snap.up else 1)
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        if fmt == "json":  # one JSON object per line, for piping
+            while end is None or time.monotonic() < end:
+                sys.stdout.write(json.dumps(w.poll().to_dict()) + "\n")
+                sys.stdout.flush()
+                time.sleep(interval)
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        from ..ops.watch_view import render_line, render_table
+
+        console = Console()
+        if not console.is_terminal:
+            while end is None or time.monotonic() < end:
+                typer.echo(render_line(w.poll()))
+                time.sleep(interval)
+            return
+        with Live(render_table(w.poll()), console=console, refresh_per_second=4) as live:
+            while end is None or time.monotonic() < end:
+                time.sleep(interval)
+                live.update(render_table(w.poll()))
+    except KeyboardInterrupt:
+        return
+
+
+def register(app: typer.Typer) -> None:
+    app.command("alerts")(alerts_cmd)
+    app.command("doctor")(doctor_cmd)
+    app.command("watch")(watch_cmd)

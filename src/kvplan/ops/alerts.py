@@ -1,0 +1,288 @@
+"""``kvplan alerts``: Prometheus alerting rules and a Grafana dashboard for a vLLM deployment.
+
+The metric names follow the chosen vLLM version (vllm-memory-model.md §7): vLLM renamed
+``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc``, ``gpu_prefix_cache_*`` -> ``prefix_cache_*``
+and ``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``. In 0.11 both names were
+exported; from 0.15 only the new ones. We switch at 0.11 so a rule never watches a name that the
+server has hidden (0.11 hides ``gpu_cache_usage_perc`` unless ``--show-hidden-metrics-for-version``).
+
+The YAML is written by hand, every string as a JSON string literal: JSON strings are valid YAML
+double-quoted scalars, so no value (a PromQL ``=~"a|b"``, a ``{{ $labels }}`` template) can ever be
+read back as YAML syntax, and no YAML library is needed at run time.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..memory.semantics import parse_version
+from .thresholds import Thresholds
+
+RULES_FILE = "kvplan-alerts.yml"
+DASHBOARD_FILE = "kvplan-dashboard.json"
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """The exposed names of one vLLM version (counters with ``_total``, histograms as families)."""
+
+    version: str
+    kv_cache_usage: str
+    requests_running: str
+    requests_waiting: str
+    preemptions: str
+    prompt_tokens: str
+    generation_tokens: str
+    request_success: str
+    prefix_cache_queries: Optional[str]  # V0 had only hit-rate gauges
+    prefix_cache_hits: Optional[str]
+    ttft: str
+    itl: str
+    e2e: str
+    queue_time: str
+    has_engine_label: bool
+
+    def all(self) -> list[str]:
+        """Every sample name a query may use (histograms as ``_bucket``)."""
+        names = [self.kv_cache_usage, self.requests_running, self.requests_waiting, self.preemptions,
+                 self.prompt_tokens, self.generation_tokens, self.request_success]
+        names += [n for n in (self.prefix_cache_queries, self.prefix_cache_hits) if n]
+        names += [h + "_bucket" for h in (self.ttft, self.itl, self.e2e, self.queue_time)]
+        return names
+
+
+def metric_names(vllm_version: Optional[str] = None) -> MetricNames:
+    v = parse_version(vllm_version)
+    new = v >= (0, 11)
+    v1 = v >= (0, 8)
+    return MetricNames(
+        version=".".join(str(p) for p in v),
+        kv_cache_usage="vllm:kv_cache_usage_perc" if new else "vllm:gpu_cache_usage_perc",
+        requests_running="vllm:num_requests_running",
+        requests_waiting="vllm:num_requests_waiting",
+        preemptions="vllm:num_preemptions_total",
+        prompt_tokens="vllm:prompt_tokens_total",
+        generation_tokens="vllm:generation_tokens_total",
+        request_success="vllm:request_success_total",
+        prefix_cache_queries=("vllm:prefix_cache_queries_total" if new else "vllm:gpu_prefix_cache_queries_total") if v1 else None,
+        prefix_cache_hits=("vllm:prefix_cache_hits_total" if new else "vllm:gpu_prefix_cache_hits_total") if v1 else None,
+        ttft="vllm:time_to_first_token_seconds",
+        itl="vllm:inter_token_latency_seconds" if new else "vllm:time_per_output_token_seconds",
+        e2e="vllm:e2e_request_latency_seconds",
+        queue_time="vllm:request_queue_time_seconds",
+        has_engine_label=v1,
+    )
+
+
+def model_selector(model_names: Iterable[str] = ()) -> str:
+    """``model_name=~"a|b"`` (regex-escaped, anchored by PromQL) or any model."""
+    names = [n for n in model_names if n]
+    if not names:
+        return 'model_name=~".+"'
+    return "model_name=~" + json.dumps("|".join(regex_escape(n) for n in names))
+
+
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def regex_escape(text: str) -> str:
+    """Escape RE2's metacharacters only. Python's re.escape also escapes spaces and other
+    characters, and RE2 (Prometheus, Grafana) rejects a backslash before a non-punctuation one."""
+    return _RE2_SPECIAL.sub(r"\\\1", text)
+
+
+def _dur(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60}m" if s % 60 == 0 and s >= 60 else f"{max(s, 1)}s"
+
+
+def _num(x: float) -> str:
+    return repr(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class Rule:
+    alert: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+
+
+def rules(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -> list[Rule]:
+    sel = model_selector(model_names)
+    w = _dur(th.window_seconds)
+    f = _dur(th.for_seconds)
+    by = "model_name"
+
+    def q(hist: str, p: float) -> str:
+        return f"histogram_quantile({p}, sum by (le, {by}) (rate({hist}_bucket{{{sel}}}[{w}])))"
+
+    return [
+        Rule("VllmKvCacheNearlyFull", f"max by ({by}) ({names.kv_cache_usage}{{{sel}}}) > {_num(th.kv_cache_usage)}",
+             f, "warning", "vLLM KV cache above {{ $value | humanizePercentage }} on {{ $labels.model_name }}",
+             "KV-cache usage stayed above the threshold: new requests wait and running ones get preempted. "
+             "Check `kvplan plan` for --max-model-len / --kv-cache-dtype fp8 / more TP."),
+        Rule("VllmRequestsWaiting", f"sum by ({by}) ({names.requests_waiting}{{{sel}}}) > {_num(th.waiting)}",
+             f, "warning", "{{ $value }} requests waiting on {{ $labels.model_name }}",
+             "Requests are queueing: the server is at capacity (KV cache or --max-num-seqs)."),
+        Rule("VllmPreemptions", f"sum by ({by}) (increase({names.preemptions}{{{sel}}}[{w}])) > {_num(th.preemptions)}",
+             "0s", "warning", "vLLM preempted {{ $value }} requests on {{ $labels.model_name }}",
+             "The KV cache ran out mid-generation and requests were recomputed: raise KV memory or lower concurrency."),
+        Rule("VllmE2eLatencyP99High", f"{q(names.e2e, 0.99)} > {_num(th.e2e_p99)}", f, "warning",
+             "E2E latency P99 {{ $value | humanizeDuration }} on {{ $labels.model_name }}",
+             "The slowest 1% of requests take longer than the threshold end to end."),
+        Rule("VllmTtftP99High", f"{q(names.ttft, 0.99)} > {_num(th.ttft_p99)}", f, "warning",
+             "TTFT P99 {{ $value | humanizeDuration }} on {{ $labels.model_name }}",
+             "Time to first token is high: queueing or long prefills (see queue time)."),
+        # absent_over_time on a gauge every vLLM exports: the server (or its scrape) is gone.
+        Rule("VllmMetricsAbsent", f"absent_over_time({names.requests_running}{{{sel}}}[{w}])", "0s", "critical",
+             "No vLLM metrics for {{ $labels.model_name }}",
+             "Prometheus has not seen vLLM's metrics for the window: the server is down or not scraped."),
+    ]
+
+
+def _y(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def rules_yaml(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -> str:
+    lines = [
+        f"# Generated by kvplan alerts for vLLM {names.version}. Thresholds: "
+        + ", ".join(f"{k}={v}" for k, v in th.to_dict().items()),
+        "groups:",
+        f"  - name: {_y('kvplan-vllm')}",
+        "    rules:",
+    ]
+    for r in rules(th, names, model_names):
+        lines += [
+            f"      - alert: {_y(r.alert)}",
+            f"        expr: {_y(r.expr)}",
+            f"        for: {_y(r.for_)}",
+            "        labels:",
+            f"          severity: {_y(r.severity)}",
+            "        annotations:",
+            f"          summary: {_y(r.summary)}",
+            f"          description: {_y(r.description)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def dashboard(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -> dict:
+    """A Grafana dashboard (schema 39) with a ``model_name`` variable; every query names only
+    metrics of ``names`` (tests check them against a real /metrics scrape)."""
+    sel = 'model_name=~"$model_name"'
+    w = "$__rate_interval"
+
+    def q(hist: str, p: float) -> str:
+        return f"histogram_quantile({p}, sum by (le, model_name) (rate({hist}_bucket{{{sel}}}[{w}])))"
+
+    panels: list[tuple[str, str, list[tuple[str, str]], Optional[float]]] = [
+        ("KV-cache usage", "percentunit", [(f"max by (model_name) ({names.kv_cache_usage}{{{sel}}})", "{{model_name}}")],
+         th.kv_cache_usage),
+        ("Requests running / waiting", "short", [
+            (f"sum by (model_name) ({names.requests_running}{{{sel}}})", "running {{model_name}}"),
+            (f"sum by (model_name) ({names.requests_waiting}{{{sel}}})", "waiting {{model_name}}")], th.waiting),
+        ("Preemptions / s", "short", [(f"sum by (model_name) (rate({names.preemptions}{{{sel}}}[{w}]))", "{{model_name}}")],
+         None),
+        ("Tokens / s", "short", [
+            (f"sum by (model_name) (rate({names.prompt_tokens}{{{sel}}}[{w}]))", "prompt {{model_name}}"),
+            (f"sum by (model_name) (rate({names.generation_tokens}{{{sel}}}[{w}]))", "generation {{model_name}}")], None),
+        ("E2E latency P50 / P99", "s", [(q(names.e2e, 0.5), "P50 {{model_name}}"), (q(names.e2e, 0.99), "P99 {{model_name}}")],
+         th.e2e_p99),
+        ("TTFT P50 / P99", "s", [(q(names.ttft, 0.5), "P50 {{model_name}}"), (q(names.ttft, 0.99), "P99 {{model_name}}")],
+         th.ttft_p99),
+        ("Queue time P50 / P99", "s", [(q(names.queue_time, 0.5), "P50 {{model_name}}"),
+                                       (q(names.queue_time, 0.99), "P99 {{model_name}}")], None),
+        ("Inter-token latency P50 / P99", "s", [(q(names.itl, 0.5), "P50 {{model_name}}"),
+                                                (q(names.itl, 0.99), "P99 {{model_name}}")], None),
+        ("Finished requests / s by reason", "short", [
+            (f"sum by (model_name, finished_reason) (rate({names.request_success}{{{sel}}}[{w}]))",
+             "{{finished_reason}} {{model_name}}")], None),
+    ]
+    if names.prefix_cache_queries and names.prefix_cache_hits:
+        panels.append(("Prefix-cache hit rate", "percentunit", [(
+            f"sum by (model_name) (rate({names.prefix_cache_hits}{{{sel}}}[{w}])) / "
+            f"sum by (model_name) (rate({names.prefix_cache_queries}{{{sel}}}[{w}]))", "{{model_name}}")], None))
+    out_panels = []
+    for i, (title, unit, targets, threshold) in enumerate(panels):
+        steps = [{"color": "green", "value": None}]
+        if threshold is not None:
+            steps.append({"color": "red", "value": threshold})
+        out_panels.append({
+            "id": i + 1, "type": "timeseries", "title": title,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps},
+                                         "custom": {"thresholdsStyle": {"mode": "line" if threshold is not None else "off"}}},
+                            "overrides": []},
+            "targets": [{"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend,
+                         "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+                        for j, (expr, legend) in enumerate(targets)],
+        })
+    models = list(model_names)
+    return {
+        "title": f"vLLM (kvplan, vLLM {names.version})",
+        "uid": "kvplan-vllm",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "tags": ["vllm", "kvplan"],
+        "templating": {"list": [
+            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
+            {"name": "model_name", "type": "query", "label": "Model",
+             "datasource": {"type": "prometheus", "uid": "${datasource}"},
+             "query": {"query": f"label_values({names.requests_running}, model_name)", "refId": "model_name"},
+             "definition": f"label_values({names.requests_running}, model_name)",
+             # --model-name preselects the models the rules watch; otherwise all.
+             "regex": ("/^(" + "|".join(regex_escape(m) for m in models) + ")$/") if models else "",
+             "includeAll": True, "multi": True, "allValue": ".+", "refresh": 2,
+             "current": {"selected": True, "text": ["All"], "value": ["$__all"]}},
+        ]},
+        "panels": out_panels,
+    }
+
+
+_METRIC = re.compile(r"vllm:[A-Za-z0-9_:]+")
+
+
+def queried_metrics(dash: dict) -> set[str]:
+    """Every ``vllm:`` sample name the dashboard's queries and variables mention."""
+    found: set[str] = set()
+    for p in dash.get("panels", []):
+        for t in p.get("targets", []):
+            found.update(_METRIC.findall(t.get("expr", "")))
+    for var in dash.get("templating", {}).get("list", []):
+        found.update(_METRIC.findall(str(var.get("definition", ""))))
+    return found
+
+
+@dataclass(frozen=True)
+class AlertsOutput:
+    rules_path: Path
+    dashboard_path: Path
+    names: MetricNames
+    thresholds: Thresholds
+
+    def to_dict(self) -> dict:
+        return {"rules": str(self.rules_path), "dashboard": str(self.dashboard_path),
+                "vllm_version": self.names.version, "thresholds": self.thresholds.to_dict(),
+                "metrics": self.names.all()}
+
+
+def write(output_dir: Path, th: Thresholds, vllm_version: Optional[str] = None,
+          model_names: Iterable[str] = ()) -> AlertsOutput:
+    names = metric_names(vllm_version)
+    models = list(model_names)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rules_path = output_dir / RULES_FILE
+    dash_path = output_dir / DASHBOARD_FILE
+    rules_path.write_text(rules_yaml(th, names, models), encoding="utf-8")
+    dash_path.write_text(json.dumps(dashboard(th, names, models), indent=2) + "\n", encoding="utf-8")
+    return AlertsOutput(rules_path, dash_path, names, th)

@@ -1,0 +1,300 @@
+"""``kvplan doctor``: read vLLM logs (one reader: kvplan.memory.startup_log for the start-up
+figures and line cleaning), recognise failures (signatures.py), and turn each into a finding with
+its evidence lines, numbers and ranked fixes (fixes.py).
+
+A file may hold several server runs (restarts appended to one log); each run is diagnosed with its
+own figures, so a fix for run 2 never uses run 1's KV memory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ...errors import UsageError
+from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, split_runs
+from . import fixes as fx
+from . import signatures as sig
+from .model import DoctorReport, Evidence, Finding, RunSummary
+
+MAX_EVIDENCE = 5  # lines quoted per finding (the count is in numbers)
+MAX_LINE = 2000  # evidence text is cut here: a runaway line is not useful evidence
+OOM_CONTEXT = 80  # lines before an OOM searched for what was running (the traceback)
+SLOW_START_S = 120.0
+
+
+def _ev(file: str, i: int, line: str) -> Evidence:
+    return Evidence(file, i + 1, line[:MAX_LINE])
+
+
+def read_source(path: str, stdin_text: Optional[str] = None) -> tuple[str, str]:
+    """(display name, text) of a path, or of stdin for ``-``."""
+    if path == "-":
+        return "<stdin>", stdin_text or ""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p}: is a directory, expected a vLLM log file")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return str(p), data.decode("utf-8", errors="replace")
+
+
+class _Run:
+    """One run's lines (cleaned) and what the start-up reader found in them."""
+
+    def __init__(self, file: str, lines: list[str], start: int, end: int) -> None:
+        self.file, self.lines, self.start, self.end = file, lines, start, end
+        self.log: StartupLog = parse_startup_log("\n".join(lines[start:end]), file)
+        self.args: dict[str, Any] = dict(self.log.args)
+        self.collect: list[str] = []
+
+    def util(self) -> Optional[float]:
+        u = self.args.get("gpu_memory_utilization", self.log.gpu_memory_utilization)
+        return float(u) if isinstance(u, (int, float)) else None
+
+
+def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None) -> DoctorReport:
+    runs: list[RunSummary] = []
+    findings: list[Finding] = []
+    total_lines = 0
+    run_collect: list[str] = []
+    for name, text in sources:
+        lines = [clean_line(ln) if len(ln) <= 200_000 else "" for ln in text.splitlines()]
+        total_lines += len(lines)
+        if _is_scrape(lines):
+            findings.extend(_scrape_findings(name, text, lines))
+            continue
+        for start, end in split_runs(lines):
+            run = _Run(name, lines, start, end)
+            summary, found = _diagnose_run(run, coverage)
+            runs.append(summary)
+            findings.extend(found)
+            run_collect.extend(run.collect)
+    collect: list[str] = []
+    if not any(r.vllm_version or r.kv_cache_tokens or r.available_kv_gib is not None for r in runs):
+        collect.append("the whole log from the server's launch (the start-up lines name the version, the flags and the "
+                       "KV cache size); with Docker: docker logs CONTAINER > vllm.log 2>&1")
+    if any(r.stats_lines and r.engine == "V1" for r in runs) and not any(f.id == "preemption" for f in findings):
+        # vLLM 0.32's V1 stats line resets its preemption count before printing it (measured on the
+        # CPU build: a burst with 2 preemptions logged none), so the log cannot rule them out.
+        collect.append("a /metrics scrape next to the log (curl -s URL/metrics > metrics.txt; kvplan doctor LOG "
+                       "metrics.txt): V1 stats lines may omit preemptions; vllm:num_preemptions_total has them")
+    if not findings and not any(r.stats_lines for r in runs):
+        collect.append("a log covering traffic (vLLM prints throughput, running/waiting and KV usage every 10 s), "
+                       "or watch the live server: kvplan watch URL")
+    if not any(f.id == "request_too_long" for f in findings):
+        collect.extend(run_collect)
+    return DoctorReport(tuple(n for n, _ in sources), tuple(runs), tuple(findings), tuple(collect), total_lines)
+
+
+def _is_scrape(lines: list[str]) -> bool:
+    """A Prometheus text scrape of vLLM (``curl URL/metrics``), not a log."""
+    return any(ln.startswith("# TYPE vllm:") for ln in lines[:5000])
+
+
+def _scrape_findings(name: str, text: str, lines: list[str]) -> list[Finding]:
+    """What a /metrics scrape adds to the logs: the lifetime preemption counter (the project's one
+    Prometheus parser reads it; the evidence is the counter's sample lines)."""
+    from ...bench.metrics import parse_metrics
+
+    snap = parse_metrics(text)
+    total = snap.get("preemptions")
+    if not total:
+        return []
+    metric = snap.resolve("preemptions")
+    idx = [i for i, ln in enumerate(lines) if ln.startswith(metric + "{") or ln.startswith(metric + " ")]
+    kv = snap.get("kv_cache_usage")
+    ev = tuple(_ev(name, i, lines[i]) for i in idx[:MAX_EVIDENCE])
+    return [Finding("preemption", "warning", f"{int(total)} preemption(s) since the server started (from /metrics)", ev,
+                    (("preemptions", int(total)), ("source", "metrics"), ("kv_cache_usage_now", kv),
+                     ("requests_running_now", snap.get("requests_running"))),
+                    fx.preemption(None, {}, None))]
+
+
+def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Finding]]:
+    found: list[Finding] = []
+    hits: dict[str, list[tuple[int, Any]]] = {}
+    stats = {"running": [], "waiting": [], "kv": [], "preemptions": [], "swapped": []}
+    warnings = errors = stat_lines = 0
+    phases: dict[str, tuple[float, int]] = {}
+    for i in range(run.start, run.end):
+        line = run.lines[i]
+        if not line:
+            continue
+        if sig.WARNING.search(line):
+            warnings += 1
+        if sig.ERROR.search(line):
+            errors += 1
+        for key, pattern in (("kv_v1", sig.KV_TOO_SMALL_V1), ("kv_v0", sig.KV_TOO_SMALL_V0), ("no_blocks", sig.NO_BLOCKS),
+                             ("negative_kv", sig.NEGATIVE_KV), ("free", sig.FREE_MEMORY), ("oom", sig.OOM),
+                             ("preempt_v0", sig.PREEMPT_V0), ("http_400", sig.HTTP_400)):
+            m = pattern.search(line)
+            if m:
+                hits.setdefault(key, []).append((i, m))
+        for pattern in sig.TOO_LONG:
+            m = pattern.search(line)
+            if m:
+                hits.setdefault("too_long", []).append((i, m))
+                break
+        for pattern in sig.TP_NOT_DIVISIBLE:
+            m = pattern.search(line)
+            if m:
+                hits.setdefault("tp", []).append((i, m))
+                break
+        for phase, pattern in sig.SLOW_PHASES:
+            m = pattern.search(line)
+            if m:
+                phases[phase] = (max(phases.get(phase, (0.0, i))[0], sig.num(m.group("s")) or 0.0), i)
+        m = sig.STATS.search(line)
+        if m:
+            stat_lines += 1
+            stats["running"].append(int(sig.num(m.group("running"))))
+            for key, pat in (("waiting", sig.STATS_WAITING), ("kv", sig.STATS_KV), ("preemptions", sig.STATS_PREEMPT),
+                             ("swapped", sig.STATS_SWAPPED)):
+                mm = pat.search(line)
+                if mm:
+                    stats[key].append((sig.num(mm.group(1)), i))
+    log, args = run.log, run.args
+    # The KV figures the fixes use: vLLM's own estimate first, else its token count.
+    for i, m in hits.get("kv_v1", [])[:1]:
+        max_len, needed, avail = int(sig.num(m.group("max_len"))), sig.num(m.group("needed")), sig.num(m.group("available"))
+        est = sig.num(m.group("estimate"))
+        if est is None and needed and avail is not None and needed > 0:
+            est = max_len * avail / needed
+        nums = (("max_model_len", max_len), ("kv_needed_gib", needed), ("kv_available_gib", avail),
+                ("estimated_max_model_len", int(est) if est is not None else None))
+        found.append(Finding("kv_cache_too_small_for_max_model_len", "error",
+                             f"one {max_len:,}-token request needs {needed} GiB of KV cache, {avail} GiB available",
+                             _evs(run, [i]), nums,
+                             fx.kv_too_small(max_len, est, args, run.util(), log.total_gpu_memory_gib, avail, coverage)
+                             if est and est > 0 else (),
+                             () if est else ("the 'Available KV cache memory' line and the GPU's total memory",)))
+    for i, m in hits.get("kv_v0", [])[:1]:
+        max_len, tokens = int(sig.num(m.group("max_len"))), int(sig.num(m.group("tokens")))
+        avail = min(log.available_kv_gib) if log.available_kv_gib else None
+        found.append(Finding("kv_cache_too_small_for_max_model_len", "error",
+                             f"max_model_len {max_len:,} > the {tokens:,} tokens the KV cache holds", _evs(run, [i]),
+                             (("max_model_len", max_len), ("kv_cache_tokens", tokens), ("kv_available_gib", avail)),
+                             fx.kv_too_small(max_len, tokens, args, run.util(), log.total_gpu_memory_gib, avail, coverage)))
+    no_blocks = hits.get("no_blocks", []) + hits.get("negative_kv", [])
+    if no_blocks:
+        idx = sorted(i for i, _ in no_blocks)
+        avail = min(log.available_kv_gib) if log.available_kv_gib else None
+        found.append(Finding("no_memory_for_cache_blocks", "error",
+                             "no memory left for the KV cache after weights, activations and graphs", _evs(run, idx),
+                             (("kv_available_gib", avail), ("weights_gib", log.model_loading_gib),
+                              ("total_gpu_memory_gib", log.total_gpu_memory_gib), ("gpu_memory_utilization", run.util())),
+                             fx.no_blocks(avail, log.model_loading_gib, run.util(), log.total_gpu_memory_gib, args),
+                             () if log.model_loading_gib else ("the 'Model loading took' line (weights per GPU)",)))
+    for i, m in hits.get("free", [])[:1]:
+        free, total = sig.num(m.group("free")), sig.num(m.group("total"))
+        util, req = sig.num(m.group("util")), sig.num(m.group("requested"))
+        found.append(Finding("insufficient_free_memory", "error",
+                             f"only {free} of {total} GiB free at start-up; gpu_memory_utilization {util} wants {req} GiB",
+                             _evs(run, [i]), (("free_gib", free), ("total_gib", total), ("gpu_memory_utilization", util),
+                                              ("requested_gib", req), ("used_by_others_gib", round(total - free, 2))),
+                             fx.free_memory(free, total, util, req), ("nvidia-smi (which process holds the memory)",)))
+    if hits.get("oom"):
+        found.append(_oom_finding(run, [i for i, _ in hits["oom"]]))
+    found.extend(_preemption(run, hits.get("preempt_v0", []), stats))
+    if hits.get("too_long"):
+        items = hits["too_long"]
+        limit = max(int(sig.num(m.group("limit"))) for _, m in items)
+        worst = max(int(sig.num(m.group("requested"))) for _, m in items)
+        found.append(Finding("request_too_long", "warning", f"{len(items)} request(s) over max_model_len {limit:,} "
+                             f"(longest {worst:,} tokens), rejected with HTTP 400", _evs(run, [i for i, _ in items]),
+                             (("rejected", len(items)), ("max_model_len", limit), ("longest_requested", worst)),
+                             fx.too_long(limit, worst, log.kv_cache_tokens, coverage)))
+    for i, m in hits.get("tp", [])[:1]:
+        value, tp = int(sig.num(m.group("value"))), int(sig.num(m.group("tp")))
+        what = (m.group("what") or "a dimension").strip()
+        found.append(Finding("tp_not_divisible", "error", f"{what} ({value}) not divisible by tensor parallel size {tp}",
+                             _evs(run, [i]), (("value", value), ("tensor_parallel_size", tp), ("what", what)),
+                             fx.tp_divisible(value, tp)))
+    if hits.get("http_400") and not hits.get("too_long"):
+        n400 = len(hits["http_400"])
+        run.collect.append(f"{n400} request(s) answered HTTP 400 ({run.file}:{hits['http_400'][0][0] + 1}); the server log "
+                           "does not say why: pass the response body (or the client's log) to kvplan doctor, e.g. a "
+                           "prompt longer than max_model_len")
+    total_s = sum(s for s, _ in phases.values())
+    if phases and (total_s > SLOW_START_S or any(s > 60 for s, _ in phases.values())):
+        found.append(Finding("slow_start", "info", f"start-up phases took {total_s:.0f} s",
+                             _evs(run, sorted(i for _, i in phases.values())),
+                             tuple((f"{k}_s", round(s, 2)) for k, (s, _) in phases.items()) + (("total_s", round(total_s, 2)),),
+                             fx.slow_start({k: s for k, (s, _) in phases.items()})))
+    kv = [v for v, _ in stats["kv"]]
+    summary = RunSummary(
+        run.file, run.start + 1, run.end, log.vllm_version, log.engine, log.model,
+        tuple(sorted((str(k), v) for k, v in args.items())), log.max_model_len,
+        min(log.available_kv_gib) if log.available_kv_gib else None, log.kv_cache_tokens, log.num_gpu_blocks,
+        log.max_concurrency, log.model_loading_gib, (max(kv) / 100.0) if kv else None,
+        max(stats["running"]) if stats["running"] else None,
+        int(max(v for v, _ in stats["waiting"])) if stats["waiting"] else None, stat_lines, warnings, errors)
+    return summary, found
+
+
+def _evs(run: _Run, idx: list[int]) -> tuple[Evidence, ...]:
+    return tuple(_ev(run.file, i, run.lines[i]) for i in idx[:MAX_EVIDENCE])
+
+
+def _oom_finding(run: _Run, idx: list[int]) -> Finding:
+    first = idx[0]
+    lo = max(run.start, first - OOM_CONTEXT)
+    # The traceback that ends in the OOM names the phase; only without one do the log lines
+    # around it (e.g. "Capturing cudagraphs ...") decide. A graph capture that finished before
+    # a sampler OOM must not make it a graph OOM.
+    tb = next((j for j in range(first, lo - 1, -1) if "Traceback (most recent call last)" in run.lines[j]), None)
+    frames = [ln for ln in run.lines[lo:first + 1] if 'File "' in ln]
+    if tb is not None:
+        context = run.lines[tb:first + 1]
+    elif frames:
+        context = frames + [run.lines[first]]
+    else:
+        context = run.lines[lo:min(run.end, idx[-1] + 5)]
+    text = "\n".join(context)
+    if sig.OOM_CUDAGRAPH.search(text):
+        kind = "cudagraph"
+    elif sig.OOM_SAMPLING.search(text):
+        kind = "sampling"
+    elif sig.OOM_PREFILL.search(text):
+        kind = "prefill"
+    else:
+        kind = "unknown"
+    nums: list[tuple[str, Any]] = [("phase", kind), ("oom_lines", len(idx))]
+    for i in idx:
+        m = sig.OOM_DETAIL.search(run.lines[i])
+        if m:
+            nums += [("tried_to_allocate_gib", round(sig.to_gib(sig.num(m.group("alloc")), m.group("alloc_unit")), 3)),
+                     ("gpu_total_gib", round(sig.to_gib(sig.num(m.group("total")), m.group("total_unit")), 2)),
+                     ("gpu_free_gib", round(sig.to_gib(sig.num(m.group("free")), m.group("free_unit")), 3))]
+            break
+    fid = "cuda_oom_cudagraph" if kind == "cudagraph" else "cuda_oom_runtime"
+    where = {"cudagraph": "while capturing CUDA graphs", "sampling": "in the sampler (n / best_of / logprobs)",
+             "prefill": "in a prefill / profiling batch (max_num_batched_tokens)", "unknown": "(phase not in the log)"}[kind]
+    collect = ("the full traceback above the OutOfMemoryError (it names the phase)",) if kind == "unknown" else ()
+    return Finding(fid, "error", f"CUDA out of memory {where}", _evs(run, idx), tuple(nums),
+                   fx.oom(kind, run.args, run.util()), collect)
+
+
+def _preemption(run: _Run, v0: list[tuple[int, Any]], stats: dict[str, list]) -> list[Finding]:
+    v1 = [(v, i) for v, i in stats["preemptions"] if v and v > 0]
+    if not v0 and not v1:
+        return []
+    if v0:
+        total = max(int(sig.num(m.group("total"))) for _, m in v0)
+        idx = [i for i, _ in v0]
+        mode = v0[0][1].group("mode")
+    else:
+        total = int(sum(v for v, _ in v1))  # V1 prints preemptions per 10-s interval
+        idx = [i for _, i in v1]
+        mode = "RECOMPUTE"
+    peak_running = max(stats["running"]) if stats["running"] else None
+    kv = [v for v, _ in stats["kv"]]
+    return [Finding("preemption", "warning", f"{total} preemption(s): the KV cache ran out mid-generation ({mode})",
+                    _evs(run, idx), (("preemptions", total), ("lines", len(idx)), ("mode", mode),
+                                     ("peak_running", peak_running), ("peak_kv_usage_pct", max(kv) if kv else None),
+                                     ("max_concurrency", run.log.max_concurrency)),
+                    fx.preemption(run.log.max_concurrency, run.args, peak_running))]

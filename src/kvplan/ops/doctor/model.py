@@ -1,0 +1,120 @@
+"""The contract of ``kvplan doctor``: frozen dataclasses, serialised by ``to_dict()``.
+
+Finding ids are stable (scripts match on them); the documented list is :data:`FINDING_IDS`
+(docs/ops.md repeats it). A new id may be added; an existing one is never renamed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+FINDING_IDS: dict[str, str] = {
+    "kv_cache_too_small_for_max_model_len": "vLLM refused to start: one max_model_len request does not fit in the KV cache",
+    "no_memory_for_cache_blocks": "nothing left for the KV cache after weights and activations (0 or negative KV memory)",
+    "insufficient_free_memory": "free GPU memory at start-up below gpu_memory_utilization (another process on the GPU)",
+    "cuda_oom_runtime": "CUDA out of memory while serving or profiling (sampling, prefill)",
+    "cuda_oom_cudagraph": "CUDA out of memory while capturing CUDA graphs",
+    "preemption": "requests preempted for lack of KV-cache space",
+    "request_too_long": "requests rejected because prompt + max_tokens exceed max_model_len",
+    "tp_not_divisible": "the model's heads (or another dimension) are not divisible by the tensor-parallel size",
+    "slow_start": "a slow start-up (weights download/load, torch.compile, CUDA graph capture)",
+}
+
+#: cost order of fixes: a flag that costs nothing first, then a deployment change (no runtime cost),
+#: then accuracy, then throughput; more hardware last.
+COSTS = ("free", "operational", "accuracy", "throughput", "hardware")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    file: str
+    line: int  # 1-based
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One concrete change (a flag, or an action when no flag helps) and what it predicts."""
+
+    change: str
+    effect: str
+    cost: str = "free"
+    numbers: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "effect": self.effect, "cost": self.cost, "numbers": dict(self.numbers)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: str  # error | warning | info
+    title: str
+    evidence: tuple[Evidence, ...]
+    numbers: tuple[tuple[str, Any], ...] = ()
+    fixes: tuple[Fix, ...] = ()
+    collect_next: tuple[str, ...] = ()  # what to gather when the log alone cannot settle it
+
+    def __post_init__(self) -> None:
+        if self.id not in FINDING_IDS:
+            raise ValueError(f"undocumented finding id {self.id!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "severity": self.severity, "title": self.title,
+                "evidence": [e.to_dict() for e in self.evidence], "numbers": dict(self.numbers),
+                "fixes": [f.to_dict() for f in self.fixes], "collect_next": list(self.collect_next)}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one server run in a log says about itself."""
+
+    file: str
+    first_line: int
+    last_line: int
+    vllm_version: Optional[str] = None
+    engine: Optional[str] = None
+    model: Optional[str] = None
+    args: tuple[tuple[str, Any], ...] = ()
+    max_model_len: Optional[int] = None
+    available_kv_gib: Optional[float] = None
+    kv_cache_tokens: Optional[int] = None
+    num_gpu_blocks: Optional[int] = None
+    max_concurrency: Optional[float] = None
+    model_loading_gib: Optional[float] = None
+    peak_kv_usage: Optional[float] = None  # from the periodic stats lines, 0–1
+    peak_running: Optional[int] = None
+    peak_waiting: Optional[int] = None
+    stats_lines: int = 0
+    warnings: int = 0
+    errors: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["args"] = {k: _jsonable(v) for k, v in self.args}
+        return d
+
+
+def _jsonable(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    files: tuple[str, ...]
+    runs: tuple[RunSummary, ...]
+    findings: tuple[Finding, ...]
+    collect_next: tuple[str, ...] = ()
+    lines_read: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": list(self.files), "lines_read": self.lines_read, "healthy": self.healthy,
+                "runs": [r.to_dict() for r in self.runs], "findings": [f.to_dict() for f in self.findings],
+                "collect_next": list(self.collect_next), "finding_ids": FINDING_IDS}

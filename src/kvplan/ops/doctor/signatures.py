@@ -1,0 +1,78 @@
+"""The log lines ``kvplan doctor`` recognises: vLLM's own messages, V0 and V1 wordings.
+
+Patterns are searched inside each cleaned line (kvplan.memory.startup_log.clean_line), never
+anchored, so any prefix (Docker/Kubernetes timestamps, ``(EngineCore_DP0 pid=…)``, Ray's
+``(RayWorkerWrapper pid=…)``) is fine. Numbers come out as named groups.
+"""
+from __future__ import annotations
+
+import re
+
+_N = r"[0-9][0-9,]*"
+_F = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"
+
+# V1 (0.6+ engine): the admission check in kv_cache_utils.check_enough_kv_cache_memory.
+KV_TOO_SMALL_V1 = re.compile(
+    r"To serve at least one request with the models?'s max seq len \((?P<max_len>" + _N + r")\), \((?P<needed>" + _F
+    + r") GiB KV cache is needed, which is larger than the available KV cache memory \((?P<available>" + _F
+    + r") GiB\)(?:\. Based on the available memory, the estimated maximum model length is (?P<estimate>" + _N + r"))?")
+# V0: _verify_cache / check_enough_kv_cache_memory of the worker.
+KV_TOO_SMALL_V0 = re.compile(
+    r"max seq len \((?P<max_len>" + _N + r")\) is larger than the maximum number of tokens that can be stored in "
+    r"KV cache \((?P<tokens>" + _N + r")\)")
+NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+NEGATIVE_KV = re.compile(r"Available KV cache memory:\s*(?P<gib>-[0-9.]+)\s*GiB|kv_cache_size=(?P<v0>-[0-9.]+)\s*GiB"
+                         r"|(?:#\s*)?(?:GPU|cuda) blocks:\s*0\b")
+FREE_MEMORY = re.compile(
+    r"Free memory on device(?: \S+)? \((?P<free>" + _F + r")/(?P<total>" + _F + r") GiB\) on startup is less than "
+    r"desired GPU memory utilization \((?P<util>" + _F + r"), (?P<requested>" + _F + r") GiB\)")
+OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory")
+OOM_DETAIL = re.compile(r"Tried to allocate (?P<alloc>" + _F + r") (?P<alloc_unit>[GMK]i?B)\..*?GPU \S* ?has a total "
+                        r"capacity of (?P<total>" + _F + r") (?P<total_unit>[GMK]i?B) of which (?P<free>" + _F
+                        + r") (?P<free_unit>[GMK]i?B) is free")
+OOM_CUDAGRAPH = re.compile(r"captur|cuda_?graph|CUDAGraph|graph_capture", re.IGNORECASE)
+OOM_SAMPLING = re.compile(r"sampler|_sample\b|logprobs|best_of|compute_logits|apply_penalties", re.IGNORECASE)
+OOM_PREFILL = re.compile(r"profile_run|_dummy_run|determine_available_memory|_dummy_sampler_run|max_num_batched_tokens")
+PREEMPT_V0 = re.compile(r"Sequence group \S+ is preempted by PreemptionMode\.(?P<mode>\w+) mode because there is not "
+                        r"enough KV cache space.*?total_num_cumulative_preemption=(?P<total>" + _N + r")")
+STATS = re.compile(r"Avg prompt throughput:\s*(?P<prompt>" + _F + r") tokens/s, Avg generation throughput:\s*(?P<gen>"
+                   + _F + r") tokens/s, Running:\s*(?P<running>" + _N + r") reqs?")
+STATS_WAITING = re.compile(r"(?:Waiting|Pending):\s*(?P<waiting>" + _N + r") reqs?")
+STATS_SWAPPED = re.compile(r"Swapped:\s*(?P<swapped>" + _N + r") reqs?")
+STATS_PREEMPT = re.compile(r"Preemptions:\s*(?P<preemptions>" + _N + r")")
+STATS_KV = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU|NPU)? ?KV cache usage:\s*(?P<kv>" + _F + r")%")
+TOO_LONG = [
+    re.compile(r"maximum context length is (?P<limit>" + _N + r") tokens\. However, (?:you requested|your prompt "
+               r"contains|your request has) (?:at least )?(?P<requested>" + _N + r")"),
+    re.compile(r"prompt \(length (?P<requested>" + _N + r")\) is longer than the maximum model length of (?P<limit>"
+               + _N + r")"),
+    re.compile(r"Input prompt \((?P<requested>" + _N + r") tokens\) is too long and exceeds limit of (?P<limit>"
+               + _N + r")"),
+]
+TP_NOT_DIVISIBLE = [
+    re.compile(r"Total number of (?P<what>attention heads|key-value heads|experts)? ?\((?P<value>" + _N
+               + r")\) must be divisible by tensor parallel size \((?P<tp>" + _N + r")\)"),
+    re.compile(r"(?P<what>[\w ]+?) \((?P<value>" + _N + r")\) (?:is not|must be) divisible by (?:the )?"
+               r"(?:tensor[ _]parallel[ _]size|tp_size|weight quantization block_n) ?=? ?\(?(?P<tp>" + _N + r")\)?"),
+]
+# Durations of the start-up phases (seconds).
+SLOW_PHASES = [
+    ("download", re.compile(r"Time spent downloading weights for \S+: (?P<s>" + _F + r") seconds")),
+    ("load", re.compile(r"Loading weights took (?P<s>" + _F + r") seconds")),
+    ("load", re.compile(r"Model loading took " + _F + r" ?GiB(?: memory)? and (?P<s>" + _F + r") seconds")),
+    ("compile", re.compile(r"torch\.compile takes (?P<s>" + _F + r") s in total")),
+    ("cudagraph", re.compile(r"Graph capturing finished in (?P<s>" + _F + r") secs")),
+    ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>" + _F + r") seconds")),
+]
+# uvicorn's access log: vLLM 0.32 logs a rejected request only as this line (the reason is in the body).
+HTTP_400 = re.compile(r'"(?:POST|GET) /v1/\S+ HTTP/[0-9.]+" 400\b')
+WARNING = re.compile(r"\bWARNING\b|\bWARN\b")
+ERROR = re.compile(r"\bERROR\b|\bCRITICAL\b|^\S*Error: |Traceback \(most recent call last\)")
+
+
+def num(text: str | None) -> float | None:
+    return None if text is None else float(text.replace(",", ""))
+
+
+def to_gib(value: float, unit: str) -> float:
+    return value * {"GiB": 1.0, "GB": 1.0, "MiB": 1 / 1024, "MB": 1 / 1024, "KiB": 1 / 1024 ** 2, "KB": 1 / 1024 ** 2}[unit]

@@ -1,0 +1,185 @@
+"""``kvplan watch URL``: a live view of a running vLLM server from its ``/metrics``.
+
+Every ``interval`` the server is scraped (kvplan.bench.metrics parses it: the project's one
+Prometheus parser). Rates and latency percentiles come from the *difference* between the newest
+scrape and the oldest one inside the sliding ``window`` (histogram bucket deltas, as Prometheus'
+``rate`` + ``histogram_quantile`` do), so they describe the last minute, not the server's life.
+
+A server that restarts resets its counters: a counter that goes down (or a histogram whose count
+does) starts a new window, and ``restarts`` counts it. A server that vanishes yields snapshots with
+``up: false`` and the error; the watcher keeps polling until it comes back.
+"""
+from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from ..bench import metrics as M
+from .thresholds import Thresholds
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# process_start_time_seconds (prometheus_client's process collector, exported by vLLM's API
+# server) changes when the server restarts, even if the new run's counters already passed the old.
+_START = "process_start_time_seconds"
+_PREFIXES = tuple(n for names in M.ALIASES.values() for n in names) + (_START,)
+MAX_BODY = 32 << 20  # a /metrics body larger than this is not a vLLM server's
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One view of the server (JSON of ``--once --format json``). Rates and percentiles are over
+    ``window_s`` seconds of scrapes (None until two scrapes of one server run exist)."""
+
+    url: str
+    up: bool
+    error: Optional[str]
+    scrapes: int
+    restarts: int
+    window_s: Optional[float]
+    kv_cache_usage: Optional[float]
+    requests_running: Optional[float]
+    requests_waiting: Optional[float]
+    preemptions_per_s: Optional[float]
+    preemptions_in_window: Optional[float]
+    prompt_tokens_per_s: Optional[float]
+    generation_tokens_per_s: Optional[float]
+    requests_per_s: Optional[float]
+    ttft_p50_s: Optional[float]
+    ttft_p99_s: Optional[float]
+    e2e_p50_s: Optional[float]
+    e2e_p99_s: Optional[float]
+    queue_p50_s: Optional[float]
+    queue_p99_s: Optional[float]
+    gpu_memory_used_fraction: Optional[float]
+    gpu: Optional[list] = None
+    tripped: tuple[str, ...] = ()
+    metric_names: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tripped"] = list(self.tripped)
+        return d
+
+
+def fetch_metrics(url: str, timeout: float = 5.0) -> str:
+    """GET ``url``/metrics (bounded time and size). Raises OSError/ValueError on failure."""
+    target = url.rstrip("/") + "/metrics"
+    if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    with urllib.request.urlopen(target, timeout=timeout) as r:  # noqa: S310 - scheme checked above
+        body = r.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        raise ValueError("/metrics body too large")
+    return body.decode("utf-8", errors="replace")
+
+
+def _restarted(old: M.MetricsSnapshot, new: M.MetricsSnapshot) -> bool:
+    """A new process start time, or a lifetime counter that went down: the server restarted."""
+    a, b = old.value(_START), new.value(_START)
+    if a is not None and b is not None and a != b:
+        return True
+    for key in ("prompt_tokens", "generation_tokens", "request_success", "preemptions"):
+        a, b = old.get(key), new.get(key)
+        if a is not None and b is not None and b < a:
+            return True
+    for key in ("e2e", "ttft"):
+        ha, hb = old.get_histogram(key), new.get_histogram(key)
+        if ha is not None and hb is not None and hb.count < ha.count:
+            return True
+    return False
+
+
+def _q(h: Optional[M.Histogram], q: float) -> Optional[float]:
+    return None if h is None or h.count <= 0 else h.quantile(q)
+
+
+class Watcher:
+    """Keeps the sliding window of scrapes and turns it into :class:`Snapshot` s."""
+
+    def __init__(self, url: str, window_s: float = 60.0, thresholds: Thresholds = Thresholds(),
+                 fetch: Callable[[str], str] = fetch_metrics, clock: Callable[[], float] = time.monotonic,
+                 gpu=None) -> None:
+        self.url, self.window, self.th = url, window_s, thresholds
+        self.fetch, self.clock, self.gpu = fetch, clock, gpu
+        self.scrapes: deque[M.MetricsSnapshot] = deque()
+        self.count = 0
+        self.restarts = 0
+        self.was_down = False
+
+    def poll(self) -> Snapshot:
+        t = self.clock()
+        try:
+            snap = M.parse_metrics(self.fetch(self.url), t=t, prefixes=_PREFIXES)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # refused, timeout, reset, HTTP error
+            self.was_down = True
+            return self._down(f"{type(exc).__name__}: {exc}"[:300])
+        if not snap.series:
+            self.was_down = True
+            return self._down("no vLLM metrics in the /metrics answer")
+        self.count += 1
+        if self.scrapes and _restarted(self.scrapes[-1], snap):
+            self.restarts += 1
+            self.scrapes.clear()
+        self.scrapes.append(snap)
+        while len(self.scrapes) > 2 and t - self.scrapes[1].t >= self.window:
+            self.scrapes.popleft()  # keep the newest scrape that is at least a window old
+        self.was_down = False
+        return self._snapshot()
+
+    def _down(self, error: str) -> Snapshot:
+        gpu = self.gpu.sample() if self.gpu is not None and self.gpu.active else None
+        return Snapshot(self.url, False, error, self.count, self.restarts, None, *([None] * 14),
+                        gpu=gpu, gpu_memory_used_fraction=_gpu_fraction(gpu), tripped=())
+
+    def _snapshot(self) -> Snapshot:
+        new = self.scrapes[-1]
+        old = self.scrapes[0] if len(self.scrapes) > 1 else None
+        span = (new.t - old.t) if old is not None else None
+        rates: dict[str, Optional[float]] = {}
+        for key in ("preemptions", "prompt_tokens", "generation_tokens", "request_success"):
+            if old is None or not span:
+                rates[key] = None
+                continue
+            d = M.counter_delta(old.get(key), new.get(key))
+            rates[key] = None if d is None else d / span
+        lat: dict[str, Optional[float]] = {}
+        for key in ("ttft", "e2e", "queue_time"):
+            h = M.histogram_delta(old.get_histogram(key), new.get_histogram(key)) if old is not None else None
+            lat[f"{key}_p50"], lat[f"{key}_p99"] = _q(h, 0.5), _q(h, 0.99)
+        pre_window = (rates["preemptions"] * span) if rates["preemptions"] is not None and span else None
+        gpu = self.gpu.sample() if self.gpu is not None and self.gpu.active else None
+        snap = Snapshot(
+            self.url, True, None, self.count, self.restarts, round(span, 3) if span else None,
+            new.get("kv_cache_usage"), new.get("requests_running"), new.get("requests_waiting"),
+            rates["preemptions"], pre_window, rates["prompt_tokens"], rates["generation_tokens"], rates["request_success"],
+            lat["ttft_p50"], lat["ttft_p99"], lat["e2e_p50"], lat["e2e_p99"], lat["queue_time_p50"], lat["queue_time_p99"],
+            _gpu_fraction(gpu), gpu, (), {k: new.resolve(k) for k in ("kv_cache_usage", "ttft", "e2e", "queue_time", "itl")})
+        return Snapshot(**{**asdict(snap), "tripped": tuple(tripped(snap, self.th))})
+
+
+def _gpu_fraction(gpu: Optional[list]) -> Optional[float]:
+    fr = [g["memory_used_bytes"] / g["memory_total_bytes"] for g in gpu or ()
+          if g.get("memory_used_bytes") is not None and g.get("memory_total_bytes")]
+    return max(fr) if fr else None
+
+
+def tripped(s: Snapshot, th: Thresholds) -> list[str]:
+    """Names of the thresholds the snapshot is over (the same numbers ``kvplan alerts`` uses)."""
+    out = []
+    checks = [("gpu_memory", s.gpu_memory_used_fraction, th.gpu_memory), ("kv_cache_usage", s.kv_cache_usage, th.kv_cache_usage),
+              ("e2e_p99", s.e2e_p99_s, th.e2e_p99), ("ttft_p99", s.ttft_p99_s, th.ttft_p99),
+              ("waiting", s.requests_waiting, th.waiting), ("preemptions", s.preemptions_in_window, th.preemptions)]
+    for name, value, limit in checks:
+        if value is not None and not math.isnan(value) and value > limit:
+            out.append(name)
+    return out
+
+
+def is_local(url: str) -> bool:
+    return urllib.parse.urlsplit(url).hostname in LOOPBACK

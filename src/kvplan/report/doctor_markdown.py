@@ -1,0 +1,35 @@
+"""Markdown rendering of ``kvplan doctor`` (for incident notes and PRs)."""
+from __future__ import annotations
+
+from ..ops.doctor.model import DoctorReport
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def render_markdown(r: DoctorReport) -> str:
+    out = ["# kvplan doctor", "", f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
+           f"{len(r.findings)} finding(s).", ""]
+    if r.runs:
+        out += ["| run | vLLM | model | max_model_len | KV GiB | KV tokens | concurrency |", "|---|---|---|---:|---:|---:|---:|"]
+        for run in r.runs:
+            out.append(f"| {_cell(run.file)}:{run.first_line}-{run.last_line} | {_cell(run.vllm_version or '?')} | "
+                       f"{_cell(run.model or '?')} | {run.max_model_len or ''} | "
+                       f"{'' if run.available_kv_gib is None else run.available_kv_gib} | {run.kv_cache_tokens or ''} | "
+                       f"{run.max_concurrency or ''} |")
+        out.append("")
+    for f in r.findings:
+        out += [f"## `{f.id}` ({f.severity})", "", _cell(f.title), ""]
+        nums = {k: v for k, v in f.to_dict()["numbers"].items() if v is not None}
+        if nums:
+            out += ["Numbers: " + ", ".join(f"{k} = {_cell(v)}" for k, v in nums.items()), ""]
+        out += ["Evidence:", "", "```text"] + [f"{e.file}:{e.line}: {e.text.strip()[:300]}".replace("```", "'''")
+                                               for e in f.evidence] + ["```", ""]
+        if f.fixes:
+            out += ["| # | change | cost | predicted effect |", "|---:|---|---|---|"]
+            out += [f"| {n} | `{_cell(x.change)}` | {x.cost} | {_cell(x.effect)} |" for n, x in enumerate(f.fixes, 1)]
+            out.append("")
+        out += [f"- collect next: {_cell(c)}" for c in f.collect_next]
+    out += [f"- collect next: {_cell(c)}" for c in r.collect_next]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,36 @@
+"""Terminal rendering of ``kvplan doctor`` (plain text: readable in CI logs and over ssh)."""
+from __future__ import annotations
+
+from ..ops.doctor.model import DoctorReport
+
+
+def _nums(d: dict) -> str:
+    return ", ".join(f"{k}={v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
+                     for k, v in d.items() if v is not None)
+
+
+def render_text(r: DoctorReport) -> str:
+    out = [f"kvplan doctor: {len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
+           f"{len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
+    for run in r.runs:
+        bits = [f"vLLM {run.vllm_version}" if run.vllm_version else "vLLM version ?", run.engine or "",
+                run.model or "", f"max_model_len {run.max_model_len:,}" if run.max_model_len else "",
+                f"KV {run.available_kv_gib} GiB" if run.available_kv_gib is not None else "",
+                f"{run.kv_cache_tokens:,} KV tokens" if run.kv_cache_tokens else "",
+                f"{run.max_concurrency}x" if run.max_concurrency else "",
+                f"peak KV {run.peak_kv_usage * 100:.1f}%" if run.peak_kv_usage is not None else "",
+                f"peak waiting {run.peak_waiting}" if run.peak_waiting is not None else ""]
+        out.append(f"  run {run.file}:{run.first_line}-{run.last_line}: " + ", ".join(b for b in bits if b))
+    for f in r.findings:
+        out += ["", f"[{f.severity.upper()}] {f.id}: {f.title}"]
+        if f.numbers:
+            out.append("  numbers: " + _nums(f.to_dict()["numbers"]))
+        for e in f.evidence:
+            out.append(f"  {e.file}:{e.line}: {e.text.strip()[:300]}")
+        for n, fix in enumerate(f.fixes, 1):
+            out.append(f"  fix {n} ({fix.cost}): {fix.change} → {fix.effect}")
+        for c in f.collect_next:
+            out.append(f"  collect next: {c}")
+    for c in r.collect_next:
+        out += ["", f"collect next: {c}"]
+    return "\n".join(out) + "\n"
