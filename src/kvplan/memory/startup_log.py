@@ -236,17 +236,24 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
     return log
 
 
-def read_startup_log(path: str | Path) -> StartupLog:
+def read_log_text(path: str | Path) -> str:
+    """A vLLM log file's text (undecodable bytes replaced), or a UsageError naming the file.
+    The one place kvplan opens vLLM logs (plan --from-log, doctor)."""
     p = Path(path)
     if p.is_dir():
-        raise UsageError(f"{p}: is a directory, expected a vLLM start-up log file")
+        raise UsageError(f"{p}: is a directory, expected a vLLM log file")
     try:
         data = p.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{p}: no such file") from None
     except OSError as exc:
-        raise UsageError(f"{p}: cannot read: {exc}") from None
-    log = parse_startup_log(data.decode("utf-8", errors="replace"), str(p))
+        raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def read_startup_log(path: str | Path) -> StartupLog:
+    p = Path(path)
+    log = parse_startup_log(read_log_text(p), str(p))
     if not (log.available_kv_gib or log.kv_cache_tokens or log.num_gpu_blocks is not None):
         raise UsageError(f"{p}: no vLLM KV-cache figures found in {log.lines_read} lines (looked for "
                          "'Available KV cache memory', 'KV cache size', '# GPU blocks', 'kv_cache_size=')")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import UsageError
-from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, split_runs
+from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, read_log_text, split_runs
 from . import fixes as fx
 from . import signatures as sig
 from .model import DoctorReport, Evidence, Finding, RunSummary
@@ -30,16 +29,7 @@ def read_source(path: str, stdin_text: Optional[str] = None) -> tuple[str, str]:
     """(display name, text) of a path, or of stdin for ``-``."""
     if path == "-":
         return "<stdin>", stdin_text or ""
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{p}: is a directory, expected a vLLM log file")
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    return str(p), data.decode("utf-8", errors="replace")
+    return str(Path(path)), read_log_text(path)
 
 
 class _Run:
