@@ -1,0 +1,171 @@
+"""How long one engine step takes: a roofline with a handful of coefficients.
+
+vLLM's V1 engine runs one forward pass per step over every scheduled token (decodes and prefill
+chunks together). Its duration is bounded below by reading the weights once and the KV cache of
+every scheduled sequence (memory) and by the matmul and attention FLOPs (compute); on top come a
+fixed per-step cost (scheduling, sampling, launches), a per-sequence cost (input preparation,
+sampler rows) and tensor-parallel all-reduces. The coefficients are either derived from the GPU
+catalog (``default_profile``: vendor peaks times typical efficiencies, a prior) or fitted to a real
+run (``kvplan calibrate``, see :mod:`kvplan.sim.calibrate`), and the profile says which.
+
+    t = overhead_s + per_seq_s · seqs
+        + max(weights_read_s + per_kv_token_s · kv_read_tokens,
+              per_token_s · tokens + per_attn_pair_s · attn_pairs)
+        + comm_per_token_s · tokens + comm_fixed_s
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import PlanRequest, PlanResult
+
+PROFILE_FORMAT = "kvplan-step-profile/1"
+
+#: Efficiencies a well-tuned vLLM reaches on datacenter GPUs: decode is memory-bound at about
+#: 70-80% of peak bandwidth, large prefills reach about half of the dense peak. Priors only:
+#: `kvplan calibrate` replaces them with measured values.
+DEFAULT_MBU = 0.75
+DEFAULT_MFU = 0.5
+DEFAULT_OVERHEAD_S = 0.004  # scheduler + sampler + launch per step (CUDA graphs on)
+DEFAULT_EAGER_OVERHEAD_S = 0.012  # without CUDA graphs decode launches dominate small batches
+DEFAULT_PER_SEQ_S = 2e-5
+ALLREDUCE_LATENCY_S = 1.5e-5  # one NCCL all-reduce on NVLink, small message
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one step computes. ``kv_read_tokens``: KV entries read by attention, summed over the
+    scheduled sequences (a decode of a 1,000-token context reads 1,000); ``attn_pairs``: query ×
+    key pairs of the prefill chunks (a chunk of c new tokens after s cached ones: c·s + c²/2)."""
+
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    num_seqs: int = 0
+    kv_read_tokens: int = 0
+    attn_pairs: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+
+@dataclass(frozen=True)
+class StepTimeProfile:
+    """Coefficients of the step-time roofline (seconds). ``source`` says where they came from."""
+
+    overhead_s: float
+    per_seq_s: float
+    weights_read_s: float
+    per_kv_token_s: float
+    per_token_s: float
+    per_attn_pair_s: float
+    comm_per_token_s: float = 0.0
+    comm_fixed_s: float = 0.0
+    source: str = "roofline"
+    device: str = ""
+    notes: tuple[str, ...] = ()
+    fit: Optional[dict[str, Any]] = None  # calibration quality (residuals, samples), when fitted
+
+    def step_time(self, shape: StepShape) -> float:
+        return self.time(shape.prefill_tokens + shape.decode_tokens, shape.num_seqs,
+                         shape.kv_read_tokens, shape.attn_pairs)
+
+    def time(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
+        """The same as :meth:`step_time` on plain numbers (the simulator's hot path)."""
+        memory = self.weights_read_s + self.per_kv_token_s * kv_read_tokens
+        compute = self.per_token_s * tokens + self.per_attn_pair_s * attn_pairs
+        return (self.overhead_s + self.per_seq_s * num_seqs + (memory if memory > compute else compute)
+                + self.comm_per_token_s * tokens + self.comm_fixed_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return {"format": PROFILE_FORMAT, **d}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "profile") -> "StepTimeProfile":
+        if data.get("format") != PROFILE_FORMAT:
+            raise UsageError(f"{where}: not a kvplan step-time profile (format {data.get('format')!r}, "
+                             f"expected {PROFILE_FORMAT!r}); write one with `kvplan calibrate`")
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        try:
+            kw["notes"] = tuple(kw.get("notes", ()))
+            prof = cls(**kw)
+        except TypeError as exc:
+            raise UsageError(f"{where}: incomplete step-time profile: {exc}") from None
+        for f in fields(cls):
+            v = getattr(prof, f.name)
+            if isinstance(v, float) and not v >= 0:
+                raise UsageError(f"{where}: {f.name} must be a non-negative number, got {v!r}")
+        return prof
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepTimeProfile":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UsageError(f"{p}: cannot read profile: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{p}:{exc.lineno}: not JSON: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{p}: a step-time profile is a JSON object")
+        return cls.from_dict(data, str(p))
+
+
+def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None) -> StepTimeProfile:
+    """The roofline prior for ``request``'s model on its GPU and tensor-parallel size: weights and KV
+    bytes per GPU over the catalog bandwidth, FLOPs per token (2 × active parameters per GPU, plus
+    attention) over the catalog peak, and two all-reduces per layer over the interconnect."""
+    from ..memory import plan
+    from ..models.params import active_params
+
+    res = plan_result or plan(request, what_ifs=False)
+    gpu, spec = request.gpu, request.model
+    tp = request.tensor_parallel_size
+    pp = request.pipeline_parallel_size
+    notes: list[str] = []
+    if not gpu.bandwidth_gbs or not gpu.bf16_tflops:
+        raise UsageError(f"{gpu.name}: the GPU catalog has no bandwidth/TFLOP/s for it, so there is no "
+                         "roofline; calibrate a profile on a real run (`kvplan calibrate`) and pass --profile")
+    bw = gpu.bandwidth_gbs * 1e9 * DEFAULT_MBU
+    peak = gpu.bf16_tflops * 1e12 * DEFAULT_MFU
+    if res.flags.kv_cache_dtype.startswith("fp8") or (request.quantization or "").startswith("fp8"):
+        if gpu.fp8_tflops:
+            peak = gpu.fp8_tflops * 1e12 * DEFAULT_MFU
+    weights_bytes = max(res.memory.weights_bytes_per_stage or (int(res.memory.weights_gib_per_gpu * (1 << 30)),))
+    # Pipeline stages run one after the other for a given micro-batch: a step pays every stage.
+    weights_read_s = weights_bytes * pp / bw
+    per_kv_token_s = res.kv.bytes_per_token_per_gpu * pp / bw
+    flops_per_token = 2.0 * active_params(spec) / tp
+    per_token_s = flops_per_token / peak
+    # Attention score + value matmuls: 2 × 2 × heads/TP × head_dim FLOPs per (query, key) pair per layer.
+    heads = max(1, spec.num_attention_heads // tp)
+    per_attn_pair_s = 4.0 * heads * spec.head_dim * spec.num_layers / peak
+    comm_per_token_s = comm_fixed_s = 0.0
+    if tp > 1:
+        ic = (gpu.interconnect_gbs or 64) * 1e9
+        # Ring all-reduce moves 2(tp-1)/tp of the activation; two per layer (attention, MLP).
+        act = spec.hidden_size * 2
+        comm_per_token_s = 2 * spec.num_layers * act * 2 * (tp - 1) / tp / ic
+        comm_fixed_s = 2 * spec.num_layers * ALLREDUCE_LATENCY_S
+    overhead = DEFAULT_EAGER_OVERHEAD_S if request.enforce_eager else DEFAULT_OVERHEAD_S
+    notes.append(f"roofline prior: {DEFAULT_MBU:.0%} of {gpu.bandwidth_gbs:g} GB/s, {DEFAULT_MFU:.0%} of "
+                 f"peak TFLOP/s; calibrate on a real run for measured coefficients")
+    return StepTimeProfile(
+        overhead_s=overhead, per_seq_s=DEFAULT_PER_SEQ_S, weights_read_s=weights_read_s,
+        per_kv_token_s=per_kv_token_s, per_token_s=per_token_s, per_attn_pair_s=per_attn_pair_s,
+        comm_per_token_s=comm_per_token_s, comm_fixed_s=comm_fixed_s,
+        source=f"roofline default for {gpu.name} TP{tp}" + (f" PP{pp}" if pp > 1 else ""),
+        device=gpu.name, notes=tuple(notes),
+    )
