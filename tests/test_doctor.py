@@ -38,6 +38,10 @@ def test_public_log_diagnosis(entry):
         assert nums[k] == v, (k, nums)
     if entry["expected_first_fix"]:
         assert f.fixes[0].change == entry["expected_first_fix"]
+    # no excerpt names a catalog model: every predicted number says it is the log's arithmetic
+    for x in f.fixes:
+        assert x.basis == "vLLM rule" or x.basis.startswith("log arithmetic ("), x
+        assert x.to_dict()["basis"] == x.basis
     assert f.evidence and all(e.file.endswith(entry["file"]) and e.line >= 1 for e in f.evidence)
     # evidence quotes the file's own line
     lines = (DOCTOR / entry["file"]).read_text().splitlines()

@@ -59,6 +59,11 @@ def doctor_cmd(
     logs: List[str] = typer.Argument(..., help="vLLM log files (- for stdin)."),
     requests: Optional[List[str]] = typer.Option(None, "--requests", help="Request log(s) (any format kvplan lengths "
                                                  "reads): which share of your requests each suggested max_model_len covers."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The served model (HF id or alias from the catalog, "
+                                        "config.json, or model folder) when the log does not name a catalog model: "
+                                        "fixes are then predicted by the planner."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM version that wrote the log, when "
+                                               "the log does not print it (the planner follows its rules)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
 ) -> None:
     """Diagnose vLLM logs: findings with evidence lines, numbers and ranked fixes.
@@ -72,7 +77,7 @@ def doctor_cmd(
         stdin_text = sys.stdin.read() if "-" in logs else None
         sources = [read_source(p, stdin_text) for p in logs]
         coverage = _coverage(requests) if requests else None
-        report = diagnose(sources, coverage)
+        report = diagnose(sources, coverage, model=model, vllm_version=vllm_version)
     except UsageError as exc:
         _fail(exc)
     if fmt == "json":

@@ -19,6 +19,8 @@ def render_markdown(r: DoctorReport) -> str:
                        f"{'' if run.available_kv_gib is None else run.available_kv_gib} | {run.kv_cache_tokens or ''} | "
                        f"{run.max_concurrency or ''} |")
         out.append("")
+        out += [f"- fixes for {_cell(run.file)}:{run.first_line}: {_cell(run.fix_basis)}" for run in r.runs if run.fix_basis]
+        out.append("")
     for f in r.findings:
         out += [f"## `{f.id}` ({f.severity})", "", _cell(f.title), ""]
         nums = {k: v for k, v in f.to_dict()["numbers"].items() if v is not None}
@@ -27,8 +29,9 @@ def render_markdown(r: DoctorReport) -> str:
         out += ["Evidence:", "", "```text"] + [f"{e.file}:{e.line}: {e.text.strip()[:300]}".replace("```", "'''")
                                                for e in f.evidence] + ["```", ""]
         if f.fixes:
-            out += ["| # | change | cost | predicted effect |", "|---:|---|---|---|"]
-            out += [f"| {n} | `{_cell(x.change)}` | {x.cost} | {_cell(x.effect)} |" for n, x in enumerate(f.fixes, 1)]
+            out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]
+            out += [f"| {n} | `{_cell(x.change)}` | {x.cost} | {_cell(x.effect)} | {_cell(x.basis)} |"
+                    for n, x in enumerate(f.fixes, 1)]
             out.append("")
         out += [f"- collect next: {_cell(c)}" for c in f.collect_next]
     out += [f"- collect next: {_cell(c)}" for c in r.collect_next]

@@ -21,6 +21,8 @@ def render_text(r: DoctorReport) -> str:
                 f"peak KV {run.peak_kv_usage * 100:.1f}%" if run.peak_kv_usage is not None else "",
                 f"peak waiting {run.peak_waiting}" if run.peak_waiting is not None else ""]
         out.append(f"  run {run.file}:{run.first_line}-{run.last_line}: " + ", ".join(b for b in bits if b))
+        if run.fix_basis:
+            out.append(f"    fixes predicted by: {run.fix_basis}")
     for f in r.findings:
         out += ["", f"[{f.severity.upper()}] {f.id}: {f.title}"]
         if f.numbers:
@@ -28,7 +30,7 @@ def render_text(r: DoctorReport) -> str:
         for e in f.evidence:
             out.append(f"  {e.file}:{e.line}: {e.text.strip()[:300]}")
         for n, fix in enumerate(f.fixes, 1):
-            out.append(f"  fix {n} ({fix.cost}): {fix.change} → {fix.effect}")
+            out.append(f"  fix {n} ({fix.cost}; {fix.basis}): {fix.change} → {fix.effect}")
         for c in f.collect_next:
             out.append(f"  collect next: {c}")
     for c in r.collect_next:

@@ -14,6 +14,7 @@ from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, rea
 from . import fixes as fx
 from . import signatures as sig
 from .model import DoctorReport, Evidence, Finding, RunSummary
+from .planned import BASIS_PLAN, LogPlanner, log_basis, make_planner
 
 MAX_EVIDENCE = 5  # lines quoted per finding (the count is in numbers)
 MAX_LINE = 2000  # evidence text is cut here: a runaway line is not useful evidence
@@ -35,18 +36,55 @@ def read_source(path: str, stdin_text: Optional[str] = None) -> tuple[str, str]:
 class _Run:
     """One run's lines (cleaned) and what the start-up reader found in them."""
 
-    def __init__(self, file: str, lines: list[str], start: int, end: int) -> None:
+    def __init__(self, file: str, lines: list[str], start: int, end: int, options: "PlanOptions") -> None:
         self.file, self.lines, self.start, self.end = file, lines, start, end
         self.log: StartupLog = parse_startup_log("\n".join(lines[start:end]), file)
         self.args: dict[str, Any] = dict(self.log.args)
         self.collect: list[str] = []
+        self.options = options
+        self._planner: Optional[tuple[Optional[LogPlanner], str]] = None
+        self.engine_hint: Optional[str] = None  # V0 when only a V0 wording shows the engine
 
     def util(self) -> Optional[float]:
         u = self.args.get("gpu_memory_utilization", self.log.gpu_memory_utilization)
         return float(u) if isinstance(u, (int, float)) else None
 
+    def planner(self, max_len: Optional[int] = None) -> tuple[Optional[LogPlanner], str]:
+        """(planner, "") or (None, why not); built once per run, for the first finding that needs it."""
+        if self._planner is None:
+            self._planner = make_planner(self.log, self.args, model=self.options.model,
+                                         vllm_version=self.options.vllm_version, engine=self.engine_hint,
+                                         max_model_len=max_len, device=self.device())
+        return self._planner
 
-def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None) -> DoctorReport:
+    def device(self) -> Optional[str]:
+        text = "\n".join(self.lines[self.start:self.end])
+        return "cpu" if sig.CPU_KV.search(text) else None
+
+    def basis(self) -> Optional[str]:
+        if self._planner is None:
+            return None
+        p, why = self._planner
+        return f"{BASIS_PLAN}: {p.label}" if p is not None else log_basis(why)
+
+
+class PlanOptions:
+    """What the command line adds to the log for the planner: the model and the vLLM version."""
+
+    def __init__(self, model: Optional[str] = None, vllm_version: Optional[str] = None) -> None:
+        self.model, self.vllm_version = model, vllm_version
+
+
+def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None, model: Optional[str] = None,
+             vllm_version: Optional[str] = None) -> DoctorReport:
+    """Findings for every run in ``sources`` ((name, text) pairs). ``model`` (id, alias, config.json
+    or folder) and ``vllm_version`` feed the planner where the log does not name them; a bad
+    ``model`` raises UsageError (kvplan.models.load_model)."""
+    options = PlanOptions(model, vllm_version)
+    if model:
+        from ...models import load_model
+
+        load_model(model)  # fail fast, before any log is read
     runs: list[RunSummary] = []
     findings: list[Finding] = []
     total_lines = 0
@@ -58,7 +96,7 @@ def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None) -> Do
             findings.extend(_scrape_findings(name, text, lines))
             continue
         for start, end in split_runs(lines):
-            run = _Run(name, lines, start, end)
+            run = _Run(name, lines, start, end, options)
             summary, found = _diagnose_run(run, coverage)
             runs.append(summary)
             findings.extend(found)
@@ -101,7 +139,7 @@ def _scrape_findings(name: str, text: str, lines: list[str]) -> list[Finding]:
     return [Finding("preemption", "warning", f"{int(total)} preemption(s) since the server started (from /metrics)", ev,
                     (("preemptions", int(total)), ("source", "metrics"), ("kv_cache_usage_now", kv),
                      ("requests_running_now", snap.get("requests_running"))),
-                    fx.preemption(None, {}, None))]
+                    fx.preemption(None, {}, None, None, "a /metrics scrape names no flags; pass the server log too"))]
 
 
 def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Finding]]:
@@ -148,6 +186,9 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
                 if mm:
                     stats[key].append((sig.num(mm.group(1)), i))
     log, args = run.log, run.args
+    if log.engine is None and (hits.get("kv_v0") or hits.get("preempt_v0") or log.num_gpu_blocks is not None
+                               or stats["swapped"]):
+        run.engine_hint = "V0"  # only V0 prints these; V0 logs rarely name their version
     # The KV figures the fixes use: vLLM's own estimate first, else its token count.
     for i, m in hits.get("kv_v1", [])[:1]:
         max_len, needed, avail = int(sig.num(m.group("max_len"))), sig.num(m.group("needed")), sig.num(m.group("available"))
@@ -156,19 +197,23 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
             est = max_len * avail / needed
         nums = (("max_model_len", max_len), ("kv_needed_gib", needed), ("kv_available_gib", avail),
                 ("estimated_max_model_len", int(est) if est is not None else None))
+        planner, why = run.planner(max_len)
         found.append(Finding("kv_cache_too_small_for_max_model_len", "error",
                              f"one {max_len:,}-token request needs {needed} GiB of KV cache, {avail} GiB available",
                              _evs(run, [i]), nums,
-                             fx.kv_too_small(max_len, est, args, run.util(), log.total_gpu_memory_gib, avail, coverage)
-                             if est and est > 0 else (),
+                             fx.kv_too_small(max_len, est, args, run.util(), log.total_gpu_memory_gib, avail, coverage,
+                                             planner, why)
+                             if (est and est > 0) or planner is not None else (),
                              () if est else ("the 'Available KV cache memory' line and the GPU's total memory",)))
     for i, m in hits.get("kv_v0", [])[:1]:
         max_len, tokens = int(sig.num(m.group("max_len"))), int(sig.num(m.group("tokens")))
         avail = min(log.available_kv_gib) if log.available_kv_gib else None
+        planner, why = run.planner(max_len)
         found.append(Finding("kv_cache_too_small_for_max_model_len", "error",
                              f"max_model_len {max_len:,} > the {tokens:,} tokens the KV cache holds", _evs(run, [i]),
                              (("max_model_len", max_len), ("kv_cache_tokens", tokens), ("kv_available_gib", avail)),
-                             fx.kv_too_small(max_len, tokens, args, run.util(), log.total_gpu_memory_gib, avail, coverage)))
+                             fx.kv_too_small(max_len, tokens, args, run.util(), log.total_gpu_memory_gib, avail, coverage,
+                                             planner, why)))
     no_blocks = hits.get("no_blocks", []) + hits.get("negative_kv", [])
     if no_blocks:
         idx = sorted(i for i, _ in no_blocks)
@@ -177,7 +222,8 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
                              "no memory left for the KV cache after weights, activations and graphs", _evs(run, idx),
                              (("kv_available_gib", avail), ("weights_gib", log.model_loading_gib),
                               ("total_gpu_memory_gib", log.total_gpu_memory_gib), ("gpu_memory_utilization", run.util())),
-                             fx.no_blocks(avail, log.model_loading_gib, run.util(), log.total_gpu_memory_gib, args),
+                             fx.no_blocks(avail, log.model_loading_gib, run.util(), log.total_gpu_memory_gib, args,
+                                          *run.planner()),
                              () if log.model_loading_gib else ("the 'Model loading took' line (weights per GPU)",)))
     for i, m in hits.get("free", [])[:1]:
         free, total = sig.num(m.group("free")), sig.num(m.group("total"))
@@ -197,7 +243,7 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
         found.append(Finding("request_too_long", "warning", f"{len(items)} request(s) over max_model_len {limit:,} "
                              f"(longest {worst:,} tokens), rejected with HTTP 400", _evs(run, [i for i, _ in items]),
                              (("rejected", len(items)), ("max_model_len", limit), ("longest_requested", worst)),
-                             fx.too_long(limit, worst, log.kv_cache_tokens, coverage)))
+                             fx.too_long(limit, worst, log.kv_cache_tokens, coverage, *run.planner(limit))))
     for i, m in hits.get("tp", [])[:1]:
         value, tp = int(sig.num(m.group("value"))), int(sig.num(m.group("tp")))
         what = (m.group("what") or "a dimension").strip()
@@ -222,7 +268,8 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
         min(log.available_kv_gib) if log.available_kv_gib else None, log.kv_cache_tokens, log.num_gpu_blocks,
         log.max_concurrency, log.model_loading_gib, (max(kv) / 100.0) if kv else None,
         max(stats["running"]) if stats["running"] else None,
-        int(max(v for v, _ in stats["waiting"])) if stats["waiting"] else None, stat_lines, warnings, errors)
+        int(max(v for v, _ in stats["waiting"])) if stats["waiting"] else None, stat_lines, warnings, errors,
+        run.basis())
     return summary, found
 
 
@@ -266,7 +313,7 @@ def _oom_finding(run: _Run, idx: list[int]) -> Finding:
              "prefill": "in a prefill / profiling batch (max_num_batched_tokens)", "unknown": "(phase not in the log)"}[kind]
     collect = ("the full traceback above the OutOfMemoryError (it names the phase)",) if kind == "unknown" else ()
     return Finding(fid, "error", f"CUDA out of memory {where}", _evs(run, idx), tuple(nums),
-                   fx.oom(kind, run.args, run.util()), collect)
+                   fx.oom(kind, run.args, run.util(), run.planner()[0]), collect)
 
 
 def _preemption(run: _Run, v0: list[tuple[int, Any]], stats: dict[str, list]) -> list[Finding]:
@@ -287,4 +334,4 @@ def _preemption(run: _Run, v0: list[tuple[int, Any]], stats: dict[str, list]) ->
                     _evs(run, idx), (("preemptions", total), ("lines", len(idx)), ("mode", mode),
                                      ("peak_running", peak_running), ("peak_kv_usage_pct", max(kv) if kv else None),
                                      ("max_concurrency", run.log.max_concurrency)),
-                    fx.preemption(run.log.max_concurrency, run.args, peak_running))]
+                    fx.preemption(run.log.max_concurrency, run.args, peak_running, *run.planner(), run.util()))]

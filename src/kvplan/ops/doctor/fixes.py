@@ -1,72 +1,69 @@
 """Fixes with predicted effects, ranked by cost (:data:`model.COSTS`).
 
-The predictions use the log's own figures (vLLM's measured KV memory, its KV bytes per token as
+With a planner (planned.LogPlanner: the model is known and the log measured the KV memory) every
+memory prediction is a re-plan (planned_fixes.py, ``basis: "plan"``). Without one, the fallback
+below uses the log's own figures (vLLM's measured KV memory, its KV bytes per token as
 implied by "X GiB KV cache is needed" for max_model_len tokens): KV tokens scale linearly with KV
 memory and inversely with bytes per token, which is exactly how vLLM sizes the cache
 (num_blocks = available // page_size). Where the log lacks a figure the effect says so.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from .model import COSTS, Fix
+from . import planned_fixes as pf
+from .model import Fix
+from .planned import LogPlanner, log_basis
+from .planned_fixes import Coverage, cover, ranked
 
 BLOCK = 16
-#: coverage(length) -> (share of requests that fit, label) from --requests, or None.
-Coverage = Optional[Callable[[int], tuple[float, str]]]
 
 
 def _floor_block(n: float) -> int:
     return max(BLOCK, int(n) // BLOCK * BLOCK)
 
 
-def _cover(coverage: Coverage, length: int) -> str:
-    if coverage is None:
-        return ""
-    share, _ = coverage(length)
-    return f"; fits {share * 100:.1f}% of your requests"
-
-
-def ranked(fixes: list[Fix]) -> tuple[Fix, ...]:
-    return tuple(sorted(fixes, key=lambda f: COSTS.index(f.cost)))
-
-
 def kv_too_small(max_len: int, kv_tokens: float, args: dict[str, Any], util: Optional[float],
-                 total_gib: Optional[float], available_gib: Optional[float], coverage: Coverage = None) -> tuple[Fix, ...]:
+                 total_gib: Optional[float], available_gib: Optional[float], coverage: Coverage = None,
+                 planner: Optional[LogPlanner] = None, why: str = "no planner") -> tuple[Fix, ...]:
     """``kv_tokens``: tokens the measured cache holds (vLLM's estimate, or its token count)."""
+    if planner is not None:
+        return pf.kv_too_small(planner, max_len, args, util, coverage)
+    basis = log_basis(why)
     fixes: list[Fix] = []
     fit = _floor_block(kv_tokens)
-    fixes.append(Fix(f"--max-model-len {fit}", f"starts; one {fit:,}-token request fits (1.0x concurrency){_cover(coverage, fit)}",
-                     "free", (("max_model_len", fit), ("max_concurrency", round(kv_tokens / fit, 2)))))
+    fixes.append(Fix(f"--max-model-len {fit}", f"starts; one {fit:,}-token request fits (1.0x concurrency){cover(coverage, fit)}",
+                     "free", (("max_model_len", fit), ("max_concurrency", round(kv_tokens / fit, 2))), basis))
     p99 = getattr(coverage, "p99", None) if coverage is not None else None
     if p99 and 0 < p99 < fit:
         l99 = min(fit, -(-int(p99) // BLOCK) * BLOCK)
-        fixes.append(Fix(f"--max-model-len {l99}", f"covers P99 of your requests ({l99:,} tokens){_cover(coverage, l99)} and "
+        fixes.append(Fix(f"--max-model-len {l99}", f"covers P99 of your requests ({l99:,} tokens){cover(coverage, l99)} and "
                          f"gives {kv_tokens / l99:.1f}x concurrency", "free",
-                         (("max_model_len", l99), ("max_concurrency", round(kv_tokens / l99, 2)))))
+                         (("max_model_len", l99), ("max_concurrency", round(kv_tokens / l99, 2))), basis))
     quarter = _floor_block(kv_tokens / 4)
     if quarter >= 1024 and quarter < fit:
         fixes.append(Fix(f"--max-model-len {quarter}", f"starts with {kv_tokens / quarter:.1f}x concurrency at {quarter:,} "
-                         f"tokens per request{_cover(coverage, quarter)}", "free",
-                         (("max_model_len", quarter), ("max_concurrency", round(kv_tokens / quarter, 2)))))
+                         f"tokens per request{cover(coverage, quarter)}", "free",
+                         (("max_model_len", quarter), ("max_concurrency", round(kv_tokens / quarter, 2))), basis))
     kvmb = args.get("kv_cache_memory_bytes")
     if isinstance(kvmb, int) and kvmb > 0:
         # An explicit KV size replaces the utilisation budget: scale it to one max_model_len request.
         need = int(kvmb * max_len / kv_tokens) + 1
         fixes.append(Fix(f"--kv-cache-memory-bytes {need}", f"max_model_len {max_len:,} fits (1.0x concurrency; an "
-                         f"upper bound scaled from vLLM's estimate); {need / kvmb:.1f}x the {kvmb:,} bytes set now", "free", (("kv_cache_memory_bytes", need),)))
+                         f"upper bound scaled from vLLM's estimate); {need / kvmb:.1f}x the {kvmb:,} bytes set now", "free",
+                         (("kv_cache_memory_bytes", need),), basis))
     elif util is not None and util < 0.95 and available_gib is not None and available_gib > 0 and total_gib:
         extra = (0.95 - util) * total_gib
         tokens = kv_tokens * (available_gib + extra) / available_gib
         fixes.append(Fix("--gpu-memory-utilization 0.95", _fits(max_len, tokens, f"adds {extra:.2f} GiB of KV cache"), "free",
-                         (("extra_kv_gib", round(extra, 2)), ("kv_tokens", int(tokens)))))
+                         (("extra_kv_gib", round(extra, 2)), ("kv_tokens", int(tokens))), basis))
     elif util is None or total_gib is None:
         fixes.append(Fix("--gpu-memory-utilization 0.95", "more KV memory: each +0.01 adds 1% of the GPU's memory "
                          "(the log names neither the GPU's total nor the utilisation used)", "free"))
     if "fp8" not in str(args.get("kv_cache_dtype", "auto")):
         tokens = kv_tokens * 2  # 16-bit -> 8-bit cache entries: same bytes hold twice the tokens
         fixes.append(Fix("--kv-cache-dtype fp8", _fits(max_len, tokens, "doubles KV tokens"), "accuracy",
-                         (("kv_tokens", int(tokens)),)))
+                         (("kv_tokens", int(tokens)),), basis))
     tp = int(args.get("tensor_parallel_size", 1) or 1)
     fixes.append(Fix(f"--tensor-parallel-size {tp * 2}", f"{tp * 2} GPUs: each holds half the KV bytes per token and half the "
                      "weights, so more than twice the KV tokens (run kvplan plan for the exact figure)", "hardware",
@@ -81,7 +78,11 @@ def _fits(max_len: int, tokens: float, what: str) -> str:
 
 
 def no_blocks(available_gib: Optional[float], weights_gib: Optional[float], util: Optional[float],
-              total_gib: Optional[float], args: dict[str, Any]) -> tuple[Fix, ...]:
+              total_gib: Optional[float], args: dict[str, Any], planner: Optional[LogPlanner] = None,
+              why: str = "no planner") -> tuple[Fix, ...]:
+    if planner is not None:
+        return pf.no_blocks(planner, util, args)
+    basis = log_basis(why)
     fixes: list[Fix] = []
     short = -available_gib if available_gib is not None and available_gib < 0 else None
     if util is not None and total_gib:
@@ -89,7 +90,7 @@ def no_blocks(available_gib: Optional[float], weights_gib: Optional[float], util
         if need <= 0.98:
             fixes.append(Fix(f"--gpu-memory-utilization {min(0.98, round(need + 0.005, 2)):.2f}",
                              f"covers the {short or 0:.2f} GiB shortfall plus 1 GiB of KV cache", "free",
-                             (("gpu_memory_utilization", round(need, 2)),)))
+                             (("gpu_memory_utilization", round(need, 2)),), basis))
     else:
         fixes.append(Fix("--gpu-memory-utilization 0.95", "a larger budget (the log does not name the GPU's total memory)", "free"))
     if not args.get("enforce_eager"):
@@ -97,28 +98,34 @@ def no_blocks(available_gib: Optional[float], weights_gib: Optional[float], util
     fixes.append(Fix("--max-num-batched-tokens 2048", "a smaller profiling batch: lower activation peak", "throughput"))
     if weights_gib and not args.get("quantization"):
         fixes.append(Fix("a quantized checkpoint (e.g. FP8)", f"weights ≈ {weights_gib / 2:.1f} GiB instead of {weights_gib:.1f} GiB",
-                         "accuracy", (("weights_gib", round(weights_gib / 2, 2)),)))
+                         "accuracy", (("weights_gib", round(weights_gib / 2, 2)),), basis))
     tp = int(args.get("tensor_parallel_size", 1) or 1)
     if weights_gib:
         fixes.append(Fix(f"--tensor-parallel-size {tp * 2}", f"weights per GPU ≈ {weights_gib / 2:.1f} GiB, "
                          f"frees {weights_gib / 2:.1f} GiB per GPU for the KV cache", "hardware",
-                         (("tensor_parallel_size", tp * 2), ("freed_gib", round(weights_gib / 2, 2)))))
+                         (("tensor_parallel_size", tp * 2), ("freed_gib", round(weights_gib / 2, 2))), basis))
     return ranked(fixes)
 
 
 def free_memory(free: float, total: float, util: float, requested: float) -> tuple[Fix, ...]:
+    """Always the log's arithmetic: vLLM stops before it measures the KV memory, so there is nothing
+    to re-plan from (the figures are the error line's own free/total/requested)."""
+    basis = log_basis("vLLM stopped before measuring the KV memory")
     fit = int(free / total * 100 - 1) / 100  # a point below what is free, as vLLM compares at start-up
     return ranked([
         Fix(f"--gpu-memory-utilization {fit:.2f}", f"fits in the {free:.2f} GiB free; the budget shrinks by "
             f"{requested - fit * total:.2f} GiB (that much less KV cache)", "free",
-            (("gpu_memory_utilization", fit), ("budget_gib", round(fit * total, 2)))),
+            (("gpu_memory_utilization", fit), ("budget_gib", round(fit * total, 2))), basis),
         Fix("stop the other process on the GPU (nvidia-smi shows it)", f"frees {total - free:.2f} GiB; keeps "
-            f"--gpu-memory-utilization {util}", "operational", (("used_by_others_gib", round(total - free, 2)),)),
+            f"--gpu-memory-utilization {util}", "operational", (("used_by_others_gib", round(total - free, 2)),), basis),
     ])
 
 
-def oom(kind: str, args: dict[str, Any], util: Optional[float]) -> tuple[Fix, ...]:
+def oom(kind: str, args: dict[str, Any], util: Optional[float], planner: Optional[LogPlanner] = None) -> tuple[Fix, ...]:
     fixes: list[Fix] = []
+    planned = pf.oom(planner, kind, args, util) if planner is not None else []
+    done = {f.change.split()[0] for f in planned}
+    fixes.extend(planned)
     lower = round((util or 0.9) - 0.05, 2)
     if kind == "cudagraph":
         fixes.append(Fix("--enforce-eager", "no CUDA graphs are captured, so their memory is not needed (slower decode)", "throughput"))
@@ -127,32 +134,42 @@ def oom(kind: str, args: dict[str, Any], util: Optional[float]) -> tuple[Fix, ..
         fixes.append(Fix("lower n / best_of / logprobs in the requests (or --max-logprobs 5)",
                          "the sampler's logits are [num_seqs × n × vocab]: memory scales with n and logprobs", "free"))
         fixes.append(Fix("--max-num-seqs 128", "fewer sequences sampled per step", "throughput"))
-    elif kind == "prefill":
+    elif kind == "prefill" and "--max-num-batched-tokens" not in done:
         mnbt = int(args.get("max_num_batched_tokens") or 8192)
         fixes.append(Fix(f"--max-num-batched-tokens {max(512, mnbt // 2)}", f"halves the prefill batch ({mnbt:,} tokens): "
                          "lower activation peak", "throughput", (("max_num_batched_tokens", max(512, mnbt // 2)),)))
     base = "" if util is not None else " (from the default 0.90: the log does not show the value used)"
-    fixes.append(Fix(f"--gpu-memory-utilization {lower:.2f}", "leaves 5% more of the GPU outside vLLM's budget for "
+    if "--gpu-memory-utilization" not in done:
+        fixes.append(Fix(f"--gpu-memory-utilization {lower:.2f}", "leaves 5% more of the GPU outside vLLM's budget for "
                      f"activations and graphs (KV cache shrinks by the same amount){base}", "free",
                      (("gpu_memory_utilization", lower),)))
     return ranked(fixes)
 
 
-def preemption(max_concurrency: Optional[float], args: dict[str, Any], peak_running: Optional[int]) -> tuple[Fix, ...]:
+def preemption(max_concurrency: Optional[float], args: dict[str, Any], peak_running: Optional[int],
+               planner: Optional[LogPlanner] = None, why: str = "no planner", util: Optional[float] = None) -> tuple[Fix, ...]:
+    if planner is not None:
+        return pf.preemption(planner, args, util, peak_running)
+    basis = log_basis(why)
     fixes: list[Fix] = []
     cap = int(max_concurrency) if max_concurrency and max_concurrency >= 1 else None
     if peak_running and cap and peak_running > cap:
         fixes.append(Fix(f"--max-num-seqs {max(1, cap)}", f"at most {cap} requests run at once, what the KV cache holds at "
-                         "max_model_len; the rest wait instead of being preempted", "throughput", (("max_num_seqs", cap),)))
+                         "max_model_len; the rest wait instead of being preempted", "throughput", (("max_num_seqs", cap),),
+                         basis))
     else:
         fixes.append(Fix("--max-num-seqs (lower)", "fewer requests share the KV cache, so none is evicted", "throughput"))
     if "fp8" not in str(args.get("kv_cache_dtype", "auto")):
-        fixes.append(Fix("--kv-cache-dtype fp8", "doubles KV tokens: twice the requests fit before preemption", "accuracy"))
+        fixes.append(Fix("--kv-cache-dtype fp8", "doubles KV tokens: twice the requests fit before preemption", "accuracy",
+                         (), basis))
     fixes.append(Fix("--gpu-memory-utilization 0.95", "more KV memory (if the GPU has it)", "free"))
     return ranked(fixes)
 
 
-def too_long(limit: int, requested: int, kv_tokens: Optional[int], coverage: Coverage = None) -> tuple[Fix, ...]:
+def too_long(limit: int, requested: int, kv_tokens: Optional[int], coverage: Coverage = None,
+             planner: Optional[LogPlanner] = None, why: str = "no planner") -> tuple[Fix, ...]:
+    if planner is not None:
+        return pf.too_long(planner, limit, requested, coverage)
     fixes = [Fix("truncate prompts / lower max_tokens in the client", f"requests stay within {limit:,} tokens", "free")]
     want = _floor_block(requested + BLOCK - 1)
     if kv_tokens:
@@ -160,8 +177,8 @@ def too_long(limit: int, requested: int, kv_tokens: Optional[int], coverage: Cov
                else f"the KV cache ({kv_tokens:,} tokens) is too small for it: more KV memory first")
     else:
         eff = "needs KV memory for one such request (check with kvplan plan)"
-    fixes.append(Fix(f"--max-model-len {want}", eff + _cover(coverage, want), "free" if kv_tokens and kv_tokens >= want else "hardware",
-                     (("max_model_len", want),)))
+    fixes.append(Fix(f"--max-model-len {want}", eff + cover(coverage, want), "free" if kv_tokens and kv_tokens >= want else "hardware",
+                     (("max_model_len", want),), log_basis(why)))
     return ranked(fixes)
 
 

@@ -43,9 +43,14 @@ class Fix:
     effect: str
     cost: str = "free"
     numbers: tuple[tuple[str, Any], ...] = ()
+    #: where the predicted effect comes from: "plan" (kvplan.memory.plan re-run with the log's flags
+    #: and measured KV memory), "log arithmetic (<why no plan>)" (the log's own figures scaled), or
+    #: "vLLM rule" (no memory prediction: what the flag does by vLLM's rules)
+    basis: str = "vLLM rule"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "effect": self.effect, "cost": self.cost, "numbers": dict(self.numbers)}
+        return {"change": self.change, "effect": self.effect, "cost": self.cost, "numbers": dict(self.numbers),
+                "basis": self.basis}
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,9 @@ class RunSummary:
     stats_lines: int = 0
     warnings: int = 0
     errors: int = 0
+    #: what the fixes of this run are predicted with: "plan: <model>, vLLM <x> rules (<engine>)", or
+    #: the log-arithmetic basis with the reason the planner could not be used
+    fix_basis: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -64,6 +64,8 @@ SLOW_PHASES = [
     ("cudagraph", re.compile(r"Graph capturing finished in (?P<s>" + _F + r") secs")),
     ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>" + _F + r") seconds")),
 ]
+# vLLM's CPU backend sizes its KV cache in host memory (cpu_worker.py) and names the pool "CPU".
+CPU_KV = re.compile(r"(?:Explicitly|Auto) set \(" + _F + r"/" + _F + r"\) GiB for KV cache|\bCPU KV cache size:")
 # uvicorn's access log: vLLM 0.32 logs a rejected request only as this line (the reason is in the body).
 HTTP_400 = re.compile(r'"(?:POST|GET) /v1/\S+ HTTP/[0-9.]+" 400\b')
 WARNING = re.compile(r"\bWARNING\b|\bWARN\b")
