@@ -154,3 +154,32 @@ def test_cli_model_flag_json_and_markdown_carry_the_basis():
     assert "| basis |" in p.stdout and "log arithmetic (the log names no model; pass --model)" in p.stdout
     p = run_cli("doctor", str(_log("02")), "--model", "no-such-model-xyz")
     assert p.returncode == 2 and "no-such-model-xyz" in p.stderr
+
+
+def test_preemption_fixes_from_the_plan_of_a_real_cpu_startup():
+    """The planner set up from vLLM's CPU build's healthy start-up (1 GiB of KV: 524,288 tokens,
+    256.00x at 2,048 tokens, exactly the log's line) gives the preemption fix its cap: at most 256
+    requests of 2,048 tokens run at once. A peak of 300 running requests exceeds it."""
+    from kvplan.memory.startup_log import parse_startup_log
+    from kvplan.ops.doctor import planned_fixes
+    from kvplan.ops.doctor.planned import make_planner
+
+    meta = json.loads((FIX / "vllm_cpu" / "healthy_startup.json").read_text())
+    m = meta["model"]
+    cfg = dict(m["config"], model_type=m.get("model_type", "llama"), vocab_size=m["vocab_size"],
+               architectures=m.get("architectures") or ["LlamaForCausalLM"], torch_dtype="float32")
+    import tempfile
+
+    log = parse_startup_log((FIX / "vllm_cpu" / "healthy_startup.log").read_text(), "healthy_startup.log")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        p, why = make_planner(log, dict(log.args), model=str(Path(tmp) / "config.json"))
+    assert why == "" and p is not None
+    assert p.baseline.kv.kv_cache_tokens == log.kv_cache_tokens == 524288
+    fixes = planned_fixes.preemption(p, dict(log.args), None, 300)
+    cap = fixes[0] if fixes[0].change.startswith("--max-num-seqs") else next(
+        x for x in fixes if x.change.startswith("--max-num-seqs"))
+    assert cap.change == "--max-num-seqs 256" and cap.basis == "plan"
+    assert dict(cap.numbers)["max_concurrency"] == 256.0
+    calm = [x.change for x in planned_fixes.preemption(p, dict(log.args), None, 10)]
+    assert "--max-num-seqs (lower)" in calm and not any(c.startswith("--gpu-memory") for c in calm)  # CPU backend

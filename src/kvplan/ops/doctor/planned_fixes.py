@@ -97,6 +97,9 @@ def _more_memory(p: LogPlanner, base: PlanResult, max_len: Optional[int], args: 
         r = p.replan(need - p.kv_bytes, max_model_len=max_len)
         return [_fix(f"--kv-cache-memory-bytes {need}", f"plan: {_outcome(r)} ({need / explicit:.1f}x the "
                      f"{explicit:,} bytes set now)", "free", r, kv_cache_memory_bytes=need)]
+    if p.request.device == "cpu":
+        return [Fix("a larger --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE)", "vLLM's CPU backend sizes its KV "
+                    "cache from these, in host memory", "free", (), BASIS_RULE)]
     if util is None or not p.total_bytes:
         return [Fix(f"--gpu-memory-utilization {UTIL_TARGET}", "more KV memory: each +0.01 adds 1% of the GPU's memory "
                     "(the log names neither the GPU's total nor the utilisation used: pass the full start-up log)",
