@@ -6,115 +6,18 @@ any traffic is sent.
 from __future__ import annotations
 
 import math
-import re
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..errors import UsageError
+# the value syntaxes live in neutral modules (the simulator reads them too); re-exported here
+from ..slo import SLO_METRICS, SLO_STATS, Slo, parse_seconds, parse_slo  # noqa: F401
+from ..workload.lengthdist import LengthDist, parse_length  # noqa: F401
 
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 ARRIVALS = ("constant", "poisson", "gamma")
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """A token-length distribution: fixed N, uniform LO..HI, normal MEAN,STD (clipped to ≥ 1),
-    ``log`` (each log record's own prompt / output length) or ``empirical`` (synthetic prompts
-    whose lengths are drawn from the log's length distribution)."""
-
-    kind: str  # fixed | uniform | normal | log | empirical
-    a: float = 0.0
-    b: float = 0.0
-
-    def describe(self) -> str:
-        if self.kind == "fixed":
-            return str(int(self.a))
-        if self.kind in ("log", "empirical"):
-            return self.kind
-        return f"{self.kind}:{self.a:g}:{self.b:g}"
-
-
-def parse_length(text: str, what: str) -> LengthDist:
-    raw = text.strip().lower()
-    try:
-        if raw in ("log", "empirical"):
-            return LengthDist(raw)
-        if raw.isdigit() or raw.startswith("fixed:"):
-            n = int(raw.split(":")[-1])
-            if n < 1:
-                raise ValueError
-            return LengthDist("fixed", n)
-        kind, _, rest = raw.partition(":")
-        lo_s, _, hi_s = rest.partition(":")
-        lo, hi = float(lo_s), float(hi_s)
-        if kind == "uniform" and 1 <= lo <= hi:
-            return LengthDist("uniform", lo, hi)
-        if kind == "normal" and lo >= 1 and hi >= 0:
-            return LengthDist("normal", lo, hi)
-    except ValueError:
-        pass
-    raise UsageError(f"{what}: cannot read {text!r}; use N, uniform:LO:HI, normal:MEAN:STD, log or empirical")
-
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?\s*$")
-
-
-def parse_seconds(text: str, what: str) -> float:
-    """'2s', '500ms', '1.5', '3m' -> seconds."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise UsageError(f"{what}: cannot read {text!r} as a duration (e.g. 2s, 500ms, 3m)")
-    scale = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2)]
-    return float(m.group(1)) * scale
-
-
-#: SLO keys: latency metrics with a percentile, or rates.
-SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
-SLO_STATS = ("p50", "p90", "p95", "p99", "max", "mean")
-
-
-@dataclass(frozen=True)
-class Slo:
-    """One gate: ``metric`` (e.g. ``ttft_p99``, ``error_rate``) must be ≤ ``limit`` (seconds for
-    latencies, a fraction for ``error_rate``; ``goodput_ratio`` / ``min_*`` are lower bounds)."""
-
-    key: str
-    limit: float
-
-    @property
-    def lower_bound(self) -> bool:
-        return self.key == "goodput_ratio"
-
-
-def parse_slo(text: Optional[str]) -> tuple[Slo, ...]:
-    """``ttft_p99=2s,e2e_p99=10s,error_rate=0`` -> SLOs. Unknown keys are usage errors."""
-    if not text:
-        return ()
-    out: list[Slo] = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        key, sep, value = part.partition("=")
-        key = key.strip().lower()
-        if not sep:
-            raise UsageError(f"--slo: {part!r} is not KEY=VALUE (e.g. ttft_p99=2s)")
-        if key in ("error_rate", "goodput_ratio"):
-            try:
-                v = float(value.strip().rstrip("%")) / (100.0 if value.strip().endswith("%") else 1.0)
-            except ValueError:
-                raise UsageError(f"--slo {key}: cannot read {value!r} as a fraction") from None
-            if not 0.0 <= v <= 1.0:
-                raise UsageError(f"--slo {key}: must be between 0 and 1 (or 0%..100%), got {value!r}")
-            out.append(Slo(key, v))
-            continue
-        metric, _, stat = key.partition("_")
-        if metric not in SLO_METRICS or stat not in SLO_STATS:
-            raise UsageError(f"--slo: unknown key {key!r}; use {{{','.join(SLO_METRICS)}}}_{{{','.join(SLO_STATS)}}}, "
-                             "error_rate or goodput_ratio")
-        out.append(Slo(key, parse_seconds(value, f"--slo {key}")))
-    return tuple(out)
 
 
 @dataclass(frozen=True)

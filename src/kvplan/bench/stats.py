@@ -14,21 +14,9 @@ import math
 import random
 from typing import Optional, Sequence
 
+from ..quantiles import percentile  # noqa: F401  (moved to a neutral module; the simulator uses it too)
+
 PCTS = (50, 90, 95, 99)
-
-
-def percentile(sorted_xs: Sequence[float], p: float) -> Optional[float]:
-    """Linear-interpolation percentile (numpy's default) of already sorted values."""
-    n = len(sorted_xs)
-    if n == 0:
-        return None
-    if n == 1:
-        return float(sorted_xs[0])
-    pos = (n - 1) * p / 100.0
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return float(sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * frac)
 
 
 def summarize(xs: Sequence[float]) -> dict:
