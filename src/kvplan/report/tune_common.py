@@ -1,0 +1,62 @@
+"""Formatting shared by the ``kvplan tune`` renderers (table, Markdown): one wording, one rounding."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..sim.tune import TuneResult, TuneRow
+
+
+def seconds(x: Optional[float]) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def slo_cell(row: TuneRow) -> str:
+    if not row.checks:
+        return "no SLO"
+    if row.meets_slo:
+        return "meets"
+    failed = [c for c in row.checks if not c.passed]
+    worst = max(failed, key=lambda c: c.ratio)
+    if worst.value is None:
+        return f"{worst.key}: no data"
+    return f"{worst.key} ×{worst.ratio:.2f}" if not math.isinf(worst.ratio) else f"{worst.key} missed"
+
+
+def config_cell(row: TuneRow) -> str:
+    f = row.flags
+    par = f"TP{f['tensor_parallel_size']}" + (f" PP{f['pipeline_parallel_size']}" if f["pipeline_parallel_size"] > 1 else "")
+    return f"{f['gpu']} ×{row.gpus} {par} DP{f['data_parallel_size']}"
+
+
+def headline(r: TuneResult) -> str:
+    slo = ", ".join(f"{k}={_limit(k, v)}" for k, v in r.slos) or "no SLO given"
+    return (f"{r.base.get('model', '?')}: {r.trace['requests']:,} requests ({r.trace['source']}); SLO {slo}; "
+            f"objective {r.objective}")
+
+
+def _limit(key: str, v: float) -> str:
+    if key in ("error_rate", "goodput_ratio"):
+        return f"{v:g}"
+    return seconds(v)
+
+
+def pruned_text(r: TuneResult) -> str:
+    p = r.pruned
+    parts = ", ".join(f"{k} {n}" for k, n in p.by_reason) or "none"
+    dup = f"; {p.duplicates} duplicate(s) of listed flags simulated once" if p.duplicates else ""
+    return (f"{r.combinations} combination(s): {p.total} pruned before simulation ({parts}){dup}; "
+            f"{r.simulated} simulated")
+
+
+def verdict(r: TuneResult) -> str:
+    w = r.winner
+    if w is not None:
+        return (f"Best: {config_cell(w)}, {w.goodput_per_gpu:.3g} good req/s per GPU, "
+                f"{r.pareto_latency} {seconds(w.metric(r.pareto_latency))}")
+    c = r.closest
+    if c is None:
+        return "No configuration could be simulated (all pruned)."
+    return f"No configuration meets the SLOs. Closest: {config_cell(c)} ({c.label}): {slo_cell(c)}"

@@ -1,0 +1,235 @@
+"""``kvplan tune``: the vLLM configuration that serves a trace within its SLOs on the fewest GPUs.
+
+1. Expand the search space and plan every combination (:mod:`.tune_space`): what vLLM would
+   refuse to start is pruned and counted by vLLM's error kind; identical resolved flags run once.
+2. Simulate each configuration (:mod:`.tune_exec`: serial, a process pool, or Ray). With data
+   parallelism the trace is split round-robin over the replicas, each replica (one
+   ``simulate`` of the replica's config on its share) sees rate / DP, and the replicas' requests are
+   combined into the fleet's percentiles: every configuration is judged on the same requests.
+3. Judge each against the SLOs and rank it (:mod:`.tune_rank`): goodput per GPU (requests/s meeting
+   every SLO per GPU) or the fewest GPUs; the Pareto front of output tokens/s per GPU against the
+   SLO's latency; the winner's ``vllm serve`` command.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from ..errors import UsageError
+from .tune_exec import Backend, choose_backend, run_tasks
+from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
+                        pareto_latency_key, rank_key)
+from .tune_share import ShareOutcome, combine_shares, simulate_share
+from .tune_space import OBJECTIVES, Candidate, Pruned, TuneSpace, expand
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import PlanRequest
+    from ..slo import Slo
+    from .steptime import StepTimeProfile
+
+SCHEMA_VERSION = 1
+
+__all__ = ["TuneSpace", "TuneRow", "TuneResult", "tune", "OBJECTIVES"]
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One simulated configuration with its predicted fleet metrics."""
+
+    rank: int
+    label: str
+    flags: dict
+    gpus: int
+    meets_slo: bool
+    checks: tuple[SloCheck, ...]
+    miss: float  # the worst check's value / limit (≤ 1 meets)
+    goodput_requests_per_s: float
+    goodput_per_gpu: float
+    good_requests: int
+    requests: dict  # total, completed, rejected, failed
+    throughput: dict  # requests_per_s, output_tokens_per_s, output_tokens_per_s_per_gpu, window_s
+    latency_s: dict  # ttft/tpot/itl/e2e → p50 … max, mean
+    preemptions: int
+    kv: dict  # num_gpu_blocks, kv_cache_tokens, max_concurrency (per replica)
+    profile: str
+    serve_command: str
+    pareto: bool = False
+
+    def metric(self, key: str) -> Optional[float]:
+        metric, _, stat = key.partition("_")
+        return self.latency_s.get(metric, {}).get(stat)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "label": self.label, "flags": dict(self.flags), "gpus": self.gpus,
+                "meets_slo": self.meets_slo, "checks": [c.to_dict() for c in self.checks],
+                "miss": None if math.isinf(self.miss) else round(self.miss, 6),
+                "goodput": {"requests_per_s": round(self.goodput_requests_per_s, 6),
+                            "per_gpu": round(self.goodput_per_gpu, 6), "requests": self.good_requests},
+                "requests": dict(self.requests), "throughput": dict(self.throughput),
+                "latency_s": {k: dict(v) for k, v in self.latency_s.items()}, "preemptions": self.preemptions,
+                "kv": dict(self.kv), "profile": self.profile, "serve_command": self.serve_command,
+                "pareto": self.pareto}
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Everything ``kvplan tune`` found. ``rows`` are ranked; ``winner`` is the best configuration
+    that meets every SLO (None when none does: ``closest`` is then the smallest miss)."""
+
+    objective: str
+    slos: tuple[tuple[str, float], ...]
+    trace: dict  # source, requests, rate_per_s, duration_s
+    space: dict
+    workload_max_model_len: int
+    combinations: int
+    pruned: Pruned
+    simulated: int
+    rows: tuple[TuneRow, ...]
+    pareto_latency: str
+    pareto: tuple[int, ...]  # ranks of the rows on the front, by throughput per GPU descending
+    backend: dict
+    elapsed_s: float
+    notes: tuple[str, ...] = ()
+    base: dict = field(default_factory=dict)
+
+    @property
+    def winner(self) -> Optional[TuneRow]:
+        return self.rows[0] if self.rows and self.rows[0].meets_slo else None
+
+    @property
+    def closest(self) -> Optional[TuneRow]:
+        return None if self.winner is not None or not self.rows else self.rows[0]
+
+    @property
+    def ok(self) -> bool:
+        return self.winner is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.winner
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "kvplan.tune", "objective": self.objective,
+            "slo": {k: v for k, v in self.slos}, "trace": dict(self.trace), "base": dict(self.base),
+            "space": dict(self.space), "workload_max_model_len": self.workload_max_model_len,
+            "combinations": self.combinations, "pruned": self.pruned.to_dict(), "simulated": self.simulated,
+            "ok": self.ok, "winner": w.to_dict() if w else None,
+            "closest": self.closest.to_dict() if self.closest else None,
+            "serve_command": w.serve_command if w else None,
+            "pareto": {"x": "output_tokens_per_s_per_gpu", "y": self.pareto_latency, "ranks": list(self.pareto)},
+            "ranked": [r.to_dict() for r in self.rows],
+            "backend": dict(self.backend), "elapsed_s": round(self.elapsed_s, 3), "notes": list(self.notes),
+        }
+
+
+def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
+         objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
+         profile: Optional["StepTimeProfile"] = None) -> TuneResult:
+    """Search ``space`` around ``base`` for the configuration that serves ``trace`` best under
+    ``slos``. ``profile`` (a calibrated step-time profile) is used for the configurations on the
+    base's GPU and tensor-parallel size, where it was measured; the others use the roofline prior
+    of their GPU, and each row names its profile."""
+    if objective not in OBJECTIVES:
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if not trace.requests:
+        raise UsageError("the trace has no requests to simulate")
+    t0 = time.perf_counter()
+    cands, pruned, floor = expand(base, space, trace)
+    combos = pruned.total + pruned.duplicates + len(cands)
+    notes: list[str] = []
+    tasks = []
+    profiles: dict[int, str] = {}
+    for c in cands:
+        prof = _profile_for(c, base, profile)
+        profiles[c.index] = prof.source
+        for k in range(c.data_parallel_size):
+            tasks.append((c.index, c.request, c.plan, prof, c.data_parallel_size, k))
+    backend = choose_backend(processes, ray_address, len(tasks))
+    outcomes = run_tasks(simulate_share, tasks, {"trace": trace}, backend)
+    by_cand: dict[int, list[ShareOutcome]] = {}
+    for (idx, *_), out in zip(tasks, outcomes):
+        by_cand.setdefault(idx, []).append(out)
+    lat_key = pareto_latency_key(slos)
+    limits = goodput_limits(slos)
+    rows = [_row(c, by_cand[c.index], slos, limits, lat_key, profiles[c.index], objective) for c in cands]
+    order = sorted(range(len(rows)), key=lambda i: rows[i][1])
+    ranked = [rows[i][0] for i in order]
+    points = [(r.throughput["output_tokens_per_s_per_gpu"], _nan(r.metric(lat_key))) for r in ranked]
+    on_front = set(pareto_front(points))
+    from dataclasses import replace
+
+    ranked = [replace(r, rank=i + 1, pareto=i in on_front) for i, r in enumerate(ranked)]
+    front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
+    if profile is not None and any(p != profile.source for p in profiles.values()):
+        n = sum(1 for p in profiles.values() if p != profile.source)
+        notes.append(f"{n} configuration(s) differ from the profiled GPU/TP ({base.gpu.name} TP"
+                     f"{base.tensor_parallel_size}) and use their GPU's roofline prior instead")
+    if not cands:
+        notes.append("no configuration of the space starts under vLLM's rules: nothing was simulated")
+    if base.kv_cache_memory_bytes is not None and any(c.request.kv_cache_memory_bytes is None for c in cands):
+        notes.append("the given KV memory applies to the base GPU, TP and utilization only; other "
+                     "configurations use kvplan's memory estimate")
+    return TuneResult(
+        objective=objective, slos=tuple((s.key, s.limit) for s in slos), trace=_trace_info(trace),
+        space=space.to_dict(), workload_max_model_len=floor, combinations=combos, pruned=pruned,
+        simulated=len(cands), rows=tuple(ranked), pareto_latency=lat_key,
+        pareto=tuple(i + 1 for i in front), backend=backend.to_dict(), elapsed_s=time.perf_counter() - t0,
+        notes=tuple(notes), base={"model": base.model.name, "gpu": base.gpu.name},
+    )
+
+
+def _nan(x: Optional[float]) -> float:
+    return math.nan if x is None else x
+
+
+def _profile_for(c: Candidate, base: "PlanRequest", profile: Optional["StepTimeProfile"]) -> "StepTimeProfile":
+    from .steptime import default_profile
+
+    if profile is not None and c.request.gpu.name == base.gpu.name and \
+            c.request.tensor_parallel_size == base.tensor_parallel_size:
+        return profile
+    return default_profile(c.request, c.plan)
+
+
+def _trace_info(trace) -> dict[str, Any]:
+    reqs = trace.requests
+    span = reqs[-1].arrival_s - reqs[0].arrival_s if len(reqs) > 1 else 0.0
+    return {"source": trace.source, "requests": len(reqs), "duration_s": round(span, 6),
+            "rate_per_s": round((len(reqs) - 1) / span, 6) if span > 0 else None}
+
+
+def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str, profile: str,
+         objective: str) -> tuple[TuneRow, tuple]:
+    fleet = combine_shares(shares)
+    good = count_good(fleet.ttft, fleet.tpot, fleet.e2e, limits)
+    total = fleet.total
+    window = fleet.window_s
+    goodput = good / window if window > 0 else 0.0
+    error_rate = (fleet.rejected + fleet.failed) / total if total else None
+    checks = check_slos(slos, fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
+    meets = all(ch.passed for ch in checks)
+    miss = closeness(checks)
+    gpus = c.gpus
+    rps = fleet.completed / window if window > 0 else 0.0
+    otps = fleet.output_tokens / window if window > 0 else 0.0
+    row = TuneRow(
+        rank=0, label=c.label(), flags=c.flags(), gpus=gpus, meets_slo=meets, checks=checks, miss=miss,
+        goodput_requests_per_s=goodput, goodput_per_gpu=goodput / gpus, good_requests=good,
+        requests={"total": total, "completed": fleet.completed, "rejected": fleet.rejected, "failed": fleet.failed},
+        throughput={"requests_per_s": round(rps, 6), "output_tokens_per_s": round(otps, 3),
+                    "output_tokens_per_s_per_gpu": round(otps / gpus, 3), "window_s": round(window, 6)},
+        latency_s=fleet.latency, preemptions=fleet.preemptions,
+        kv={"num_gpu_blocks": c.plan.kv.num_gpu_blocks, "kv_cache_tokens": c.plan.kv.kv_cache_tokens,
+            "max_concurrency": c.plan.kv.max_concurrency},
+        profile=profile, serve_command=_serve_command(c),
+    )
+    lat = row.metric(lat_key)
+    return row, rank_key(objective, meets, row.goodput_per_gpu, lat, gpus, miss, c.index)
+
+
+def _serve_command(c: Candidate) -> str:
+    if c.data_parallel_size == 1:
+        return c.plan.serve_command
+    from ..memory import plan
+
+    return plan(c.serve_request, what_ifs=False).serve_command

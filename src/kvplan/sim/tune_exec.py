@@ -1,0 +1,140 @@
+"""Running the simulations of a sweep: in this process, in a process pool, or on a Ray cluster.
+
+Every backend runs the same pure function on the same inputs (the trace is already drawn, the
+simulator is deterministic) and returns the outputs in task order, so the ranking cannot depend on
+the backend or the number of processes. The trace travels once per worker (a pool initializer, a
+Ray object-store reference), not once per task.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from ..errors import UsageError
+
+#: The worker's copy of what every task shares (set by the pool initializer or the Ray task).
+_SHARED: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str  # serial | processes | ray
+    workers: int
+    address: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "workers": self.workers, "address": self.address}
+
+
+def choose_backend(processes: Optional[int], ray_address: Optional[str], tasks: int) -> Backend:
+    if processes is not None and processes < 1:
+        raise UsageError(f"--processes must be at least 1, got {processes}")
+    if ray_address:
+        return Backend("ray", processes or 0, ray_address)
+    n = processes or os.cpu_count() or 1
+    n = max(1, min(n, tasks))
+    return Backend("serial" if n == 1 else "processes", n)
+
+
+def _init_worker(shared: dict[str, Any]) -> None:
+    _SHARED.clear()
+    _SHARED.update(shared)
+
+
+def _run_chunk(fn: Callable[[Any, dict], Any], chunk: Sequence[Any]) -> list[Any]:
+    return [fn(task, _SHARED) for task in chunk]
+
+
+def run_tasks(fn: Callable[[Any, dict], Any], tasks: Sequence[Any], shared: dict[str, Any],
+              backend: Backend) -> list[Any]:
+    """``[fn(task, shared) for task in tasks]`` on ``backend``, in task order. ``fn`` must be a
+    module-level function (it is pickled by name)."""
+    if not tasks:
+        return []
+    if backend.kind == "serial":
+        return [fn(t, shared) for t in tasks]
+    if backend.kind == "ray":
+        return _run_ray(fn, tasks, shared, backend.address or "local")
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks, n = _chunks(tasks, backend.workers)
+    with ProcessPoolExecutor(max_workers=backend.workers, initializer=_init_worker, initargs=(shared,)) as pool:
+        parts = list(pool.map(_run_chunk, [fn] * len(chunks), chunks))
+    return _uninterleave(parts, n, len(tasks))
+
+
+def _chunks(tasks: Sequence[Any], workers: int) -> tuple[list[list[Any]], int]:
+    """About four chunks per worker: few round trips, and a slow chunk cannot leave the others idle
+    for long. Tasks are interleaved so that each chunk mixes cheap and expensive configurations."""
+    n = max(1, min(len(tasks), workers * 4))
+    return [list(tasks[k::n]) for k in range(n) if tasks[k::n]], n
+
+
+# ---- Ray ---------------------------------------------------------------------------------------
+
+_RAY_FN = None
+
+
+def _ray():
+    try:
+        import ray  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError("--ray-address needs Ray: pip install 'kvplan[ray]'") from None
+    return ray
+
+
+def _ray_chunk(fn, shared, chunk):
+    _init_worker(shared)
+    return _run_chunk(fn, chunk)
+
+
+def _connect(address: str) -> None:
+    """Join the cluster at ``address`` (``local``: a private instance for this run). Nothing
+    listening at a host:port address is a usage error within seconds (Ray itself retries for
+    minutes)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
+    if address != "local":
+        kwargs["address"] = address
+        host, _, port = address.rpartition(":")
+        if host and port.isdigit():
+            import socket
+
+            try:
+                with socket.create_connection((host, int(port)), timeout=3.0):
+                    pass
+            except OSError as exc:
+                raise UsageError(f"--ray-address {address}: no Ray head answers there ({exc})") from None
+            if host in ("127.0.0.1", "localhost", "::1"):
+                kwargs["_node_ip_address"] = "127.0.0.1"
+    else:
+        kwargs["_node_ip_address"] = "127.0.0.1"
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, …: say what failed
+        raise UsageError(f"--ray-address {address}: cannot join the Ray cluster ({type(exc).__name__}: {exc})") from None
+
+
+def _run_ray(fn, tasks: Sequence[Any], shared: dict[str, Any], address: str) -> list[Any]:
+    global _RAY_FN
+    ray = _ray()
+    _connect(address)
+    if _RAY_FN is None:
+        _RAY_FN = ray.remote(num_cpus=1)(_ray_chunk)
+    cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+    chunks, n = _chunks(tasks, cpus)
+    shared_ref = ray.put(shared)
+    parts = ray.get([_RAY_FN.remote(fn, shared_ref, c) for c in chunks])
+    # _chunks interleaves: chunk k holds tasks k, k+n, k+2n, …; put them back in task order.
+    return _uninterleave(parts, n, len(tasks))
+
+
+def _uninterleave(parts: list[list[Any]], n: int, total: int) -> list[Any]:
+    out: list[Any] = [None] * total
+    for k, part in enumerate(parts):
+        for j, r in enumerate(part):
+            out[k + j * n] = r
+    return out

@@ -1,0 +1,246 @@
+"""The search space of ``kvplan tune`` and its pruning by the memory plan.
+
+A configuration is a vLLM replica (GPU type, tensor × pipeline parallel, the scheduler and memory
+flags) repeated data-parallel times to fill a GPU count. Every combination first goes through
+:func:`kvplan.memory.plan`: what vLLM would refuse to start (heads not divisible by TP, no KV
+memory, a ``max_model_len`` above the model's limit or above what the KV cache holds) never reaches
+the simulator, and is counted by vLLM's error kind. Combinations that resolve to the same vLLM flags
+(``None`` = vLLM's default equal to a listed value) are simulated once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import PlanRequest, PlanResult
+    from .trace import Trace
+
+OBJECTIVES = ("goodput_per_gpu", "min_gpus")
+KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+#: Pruned without a plan: kvplan's own rule, not a vLLM start-up error.
+FP8_UNSUPPORTED = "fp8_kv_unsupported_by_gpu"
+BELOW_WORKLOAD = "max_model_len_below_workload"
+
+
+@dataclass(frozen=True)
+class TuneSpace:
+    """The values to try for each flag. ``None`` in a tuple means vLLM's own default; an empty
+    ``gpus`` / ``tensor_parallel`` / ``gpu`` means the base request's. ``max_model_len`` values
+    below what the workload needs are dropped (counted), and ``None`` there means exactly that need:
+    the largest prompt + output of the trace, or its ``coverage_pct`` percentile (e.g. 99.9 for a
+    request log, whose longest few requests vLLM then rejects, as it would)."""
+
+    max_num_seqs: tuple[Optional[int], ...] = (64, 128, 256)
+    max_num_batched_tokens: tuple[Optional[int], ...] = (None,)
+    max_model_len: tuple[Optional[int], ...] = (None,)
+    gpu_memory_utilization: tuple[Optional[float], ...] = (0.9, 0.95)
+    kv_cache_dtype: tuple[str, ...] = ("auto", "fp8")
+    gpus: tuple[int, ...] = ()
+    tensor_parallel: tuple[int, ...] = ()
+    gpu: tuple[str, ...] = ()
+    coverage_pct: Optional[float] = None
+
+    def validate(self) -> "TuneSpace":
+        def positive(name: str, flag: str, allow_none: bool = True) -> None:
+            values = getattr(self, name)
+            for v in values:
+                if v is None and allow_none:
+                    continue
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise UsageError(f"{flag}: {v!r} is not a positive integer")
+
+        for name, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                           ("max_model_len", "--max-model-len")):
+            if not getattr(self, name):
+                raise UsageError(f"{flag}: give at least one value")
+            positive(name, flag)
+        positive("gpus", "--gpus", allow_none=False)
+        positive("tensor_parallel", "--tensor-parallel-size", allow_none=False)
+        if not self.gpu_memory_utilization:
+            raise UsageError("--gpu-memory-utilization: give at least one value")
+        for u in self.gpu_memory_utilization:
+            if u is not None and not (isinstance(u, (int, float)) and 0 < u <= 1):
+                raise UsageError(f"--gpu-memory-utilization: {u!r} is not in (0, 1]")
+        if not self.kv_cache_dtype:
+            raise UsageError("--kv-cache-dtype: give at least one value")
+        for d in self.kv_cache_dtype:
+            if d not in KV_DTYPES:
+                raise UsageError(f"--kv-cache-dtype: {d!r} is not one of {', '.join(KV_DTYPES)}")
+        if self.coverage_pct is not None and not 0 < self.coverage_pct <= 100:
+            raise UsageError(f"--coverage: {self.coverage_pct!r} is not a percentile in (0, 100]")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration that starts: the replica's request and plan, and its data-parallel count."""
+
+    index: int  # position in the deduplicated list: also the deterministic tie-break
+    request: "PlanRequest"  # one replica (data_parallel_size 1): what the simulator runs
+    plan: "PlanResult"  # that replica's plan
+    data_parallel_size: int
+    serve_request: "PlanRequest"  # the whole deployment (data_parallel_size = DP): the serve command
+
+    @property
+    def gpus(self) -> int:
+        return self.plan.parallel.gpus_per_replica * self.data_parallel_size
+
+    def flags(self) -> dict[str, Any]:
+        f = self.plan.flags
+        return {"gpu": f.gpu, "gpus": self.gpus, "tensor_parallel_size": self.request.tensor_parallel_size,
+                "pipeline_parallel_size": self.request.pipeline_parallel_size,
+                "data_parallel_size": self.data_parallel_size, "max_num_seqs": f.max_num_seqs,
+                "max_num_batched_tokens": f.max_num_batched_tokens, "max_model_len": f.max_model_len,
+                "gpu_memory_utilization": f.gpu_memory_utilization, "kv_cache_dtype": f.kv_cache_dtype,
+                "block_size": f.block_size}
+
+    def label(self) -> str:
+        f = self.flags()
+        par = f"TP{f['tensor_parallel_size']}" + (f" PP{f['pipeline_parallel_size']}"
+                                                  if f["pipeline_parallel_size"] > 1 else "")
+        return (f"{f['gpu']}×{f['gpus']} {par} DP{f['data_parallel_size']} seqs={f['max_num_seqs']} "
+                f"batched={f['max_num_batched_tokens']} len={f['max_model_len']} "
+                f"util={f['gpu_memory_utilization']:g} kv={f['kv_cache_dtype']}")
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Combinations that never reached the simulator, by reason (vLLM's error kind, or kvplan's)."""
+
+    total: int
+    by_reason: tuple[tuple[str, int], ...]
+    examples: tuple[tuple[str, str], ...]  # (reason, one full message)
+    duplicates: int  # combinations resolving to flags already in the list
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "by_reason": dict(self.by_reason), "examples": dict(self.examples),
+                "duplicates": self.duplicates}
+
+
+def workload_floor(trace: "Trace", coverage_pct: Optional[float]) -> int:
+    """The smallest max_model_len the workload needs: prompt + output of the trace's requests, at
+    the ``coverage_pct`` percentile (nearest rank, as ``kvplan lengths`` computes it) or the max."""
+    from ..workload.stats import Hist
+
+    hist = Hist()
+    for r in trace.requests:
+        hist.add(r.prompt_tokens + r.output_tokens)
+    dist = hist.freeze()
+    if not dist.count:
+        raise UsageError("the trace has no requests")
+    return dist.max if coverage_pct is None or coverage_pct >= 100 else dist.quantile(coverage_pct)
+
+
+def _parallel_choices(base: "PlanRequest", space: TuneSpace) -> list[tuple[int, int]]:
+    """(tensor parallel, data parallel) pairs. With ``gpus``: every TP (the listed ones, else the
+    powers of two) that divides GPUs / PP, DP filling the rest; without: the listed TPs (or the
+    base's) at the base's DP."""
+    pp = base.pipeline_parallel_size
+    if not space.gpus:
+        return [(tp, base.data_parallel_size) for tp in (space.tensor_parallel or (base.tensor_parallel_size,))]
+    pairs = []
+    for n in space.gpus:
+        if n % pp:
+            continue
+        per_pp = n // pp
+        tps = space.tensor_parallel or tuple(t for t in range(1, per_pp + 1) if t & (t - 1) == 0)
+        pairs.extend((tp, per_pp // tp) for tp in tps if per_pp % tp == 0)
+    return pairs
+
+
+def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[tuple[Optional["PlanRequest"], int, str]]:
+    """Every (replica request, data-parallel size, reason) of the space; the request is None when the
+    combination is dropped before planning, with ``reason`` saying why."""
+    from ..hardware import find_gpu
+
+    gpu_list = [find_gpu(name) for name in space.gpu] if space.gpu else [base.gpu]
+    mmls = sorted({floor if m is None else m for m in space.max_model_len})
+    pairs = _parallel_choices(base, space)
+    for gpu in gpu_list:
+        for tp, dp in pairs:
+            for kv in space.kv_cache_dtype:
+                for util in space.gpu_memory_utilization:
+                    same_memory = (gpu.name == base.gpu.name and tp == base.tensor_parallel_size
+                                   and util == base.gpu_memory_utilization)
+                    for mml in mmls:
+                        for mns in space.max_num_seqs:
+                            for mnbt in space.max_num_batched_tokens:
+                                if kv.startswith("fp8") and not gpu.supports_fp8:
+                                    yield None, dp, FP8_UNSUPPORTED
+                                    continue
+                                if mml < floor:
+                                    yield None, dp, BELOW_WORKLOAD
+                                    continue
+                                req = replace(base, gpu=gpu, tensor_parallel_size=tp, data_parallel_size=1,
+                                              kv_cache_dtype=kv, gpu_memory_utilization=util, max_model_len=mml,
+                                              max_num_seqs=mns, max_num_batched_tokens=mnbt)
+                                if not same_memory:
+                                    # A measured KV size belongs to one GPU, TP and utilization.
+                                    req = replace(req, kv_cache_memory_bytes=None, kv_cache_memory_per_stage=None,
+                                                  num_gpu_blocks_override=None, kv_memory_source="kv_cache_memory")
+                                yield req, dp, ""
+
+
+def expand(base: "PlanRequest", space: TuneSpace, trace: "Trace") -> tuple[list[Candidate], Pruned, int]:
+    """Plan every combination; return the ones that start (deduplicated), what was pruned, and the
+    workload's max_model_len floor."""
+    from ..memory import plan
+
+    space.validate()
+    floor = workload_floor(trace, space.coverage_pct)
+    reasons: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    seen: set = set()
+    dupes = 0
+    out: list[Candidate] = []
+    for req, dp, why in combinations(base, space, floor):
+        if req is None:
+            reasons[why] = reasons.get(why, 0) + 1
+            examples.setdefault(why, _skip_text(why, floor))
+            continue
+        try:
+            res = plan(req, what_ifs=False)
+        except UsageError as exc:
+            reasons["invalid"] = reasons.get("invalid", 0) + 1
+            examples.setdefault("invalid", str(exc))
+            continue
+        if not res.startup.ok:
+            kind = res.startup.error_kind or "does_not_start"
+            reasons[kind] = reasons.get(kind, 0) + 1
+            examples.setdefault(kind, res.startup.error or kind)
+            continue
+        key = (res.flags, res.parallel.gpus_per_replica, req.tensor_parallel_size, dp)
+        if key in seen:
+            dupes += 1
+            continue
+        seen.add(key)
+        out.append(Candidate(len(out), req, res, dp, replace(req, data_parallel_size=dp)))
+    pruned = Pruned(sum(reasons.values()), tuple(sorted(reasons.items())), tuple(sorted(examples.items())), dupes)
+    return out, pruned, floor
+
+
+def _skip_text(why: str, floor: int) -> str:
+    if why == FP8_UNSUPPORTED:
+        return "fp8 KV cache needs compute capability 8.9+ (Ada, Hopper, Blackwell) or MI300; skipped on this GPU"
+    return f"below the workload's need of {floor:,} tokens (prompt + output)"
+
+
+def split_round_robin(trace: "Trace", shares: int) -> list["Trace"]:
+    """Request i goes to replica i mod ``shares`` (in arrival order): what a round-robin load
+    balancer in front of DP replicas does; each replica sees rate / shares."""
+    from dataclasses import replace as dc_replace
+
+    if shares <= 1:
+        return [trace]
+    return [dc_replace(trace, requests=trace.requests[k::shares],
+                       source=f"{trace.source} (replica {k + 1}/{shares}, round-robin)") for k in range(shares)]
+
+
+def describe_gpus(cands: Sequence[Candidate]) -> str:
+    return ", ".join(sorted({c.plan.flags.gpu for c in cands}))
