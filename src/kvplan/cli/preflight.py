@@ -1,0 +1,222 @@
+"""``kvplan preflight``: the pre-launch checklist as one GO / NO-GO / GO_WITH_RISKS verdict.
+Thin: merge --config with the flags, build the plan request, call kvplan.preflight, render.
+
+Only typer and the standard library at module level: main.py imports this for every command and
+``kvplan plan`` must stay fast.
+
+Exit codes: 0 GO (and GO_WITH_RISKS unless --strict), 1 NO-GO (or GO_WITH_RISKS with --strict),
+2 usage errors (bad flags, an unknown key in --config, a missing file).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+
+
+def _fail(exc: Exception, code: int = 2) -> None:
+    typer.echo(f"kvplan: error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def preflight_cmd(
+    config: Optional[Path] = typer.Option(None, "--config", help="preflight.yaml or .toml: the same keys as these "
+                                          "flags (max_model_len or max-model-len); flags given here override it."),
+    # --- the plan (as `kvplan plan`)
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (see `kvplan gpus`)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU as CUDA reports it."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda (default), or cpu for vLLM's CPU backend."),
+    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp"),
+    pipeline_parallel_size: Optional[int] = typer.Option(None, "--pipeline-parallel-size", "-pp"),
+    data_parallel_size: Optional[int] = typer.Option(None, "--data-parallel-size", "-dp"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
+    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype"),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
+    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
+    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Follow this vLLM version's rules (default 0.33)."),
+    engine: Optional[str] = typer.Option(None, "--engine"),
+    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (measured), e.g. 30GiB."),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU."),
+    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+    disable_hybrid_kv_cache_manager: Optional[bool] = typer.Option(None, "--disable-hybrid-kv-cache-manager/--hybrid-kv-cache-manager"),
+    # --- traffic and targets
+    requests: Optional[str] = typer.Option(None, "--requests", help="The request log (any format `kvplan lengths` reads)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Model folder, tokenizer.json or pkg:NAME to count "
+                                            "the requests' tokens (default: the model's, when found offline)."),
+    estimate: Optional[bool] = typer.Option(None, "--estimate/--no-estimate", help="Without a tokenizer, estimate tokens "
+                                            "from characters (labelled)."),
+    target_qps: Optional[float] = typer.Option(None, "--target-qps", help="The production rate; the load test runs at "
+                                               "this x --load-factor."),
+    load_factor: Optional[float] = typer.Option(None, "--load-factor", help="Headroom of the load test (default 1.5)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,e2e_p99=30s,error_rate=0."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Load-test duration (default 5m)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="The max_tokens the clients send (default: "
+                                             "the requests' own)."),
+    history_turns: Optional[int] = typer.Option(None, "--history-turns", help="The application keeps this many turns "
+                                                "of history (if it caps it)."),
+    history_tokens: Optional[int] = typer.Option(None, "--history-tokens", help="The application caps history at this "
+                                                 "many prompt tokens."),
+    percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile the length recommendations cover "
+                                               "(default 99)."),
+    # --- the server
+    url: Optional[str] = typer.Option(None, "--url", help="A running server to profile and load-test."),
+    launch: Optional[bool] = typer.Option(None, "--launch/--no-launch", help="Start `vllm serve` with the plan's flags "
+                                          "on 127.0.0.1, stop it (by PID) afterwards."),
+    vllm_bin: Optional[str] = typer.Option(None, "--vllm-bin", help="The vllm executable for --launch (default: vllm "
+                                           "on PATH, or $KVPLAN_VLLM_BIN)."),
+    vllm_arg: Optional[List[str]] = typer.Option(None, "--vllm-arg", help="Extra argument for `vllm serve` (repeat; "
+                                                 "e.g. --vllm-arg=--enforce-eager)."),
+    startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="How long --launch waits for vLLM "
+                                                  "(default 15m)."),
+    dry_run: Optional[bool] = typer.Option(None, "--dry-run/--no-dry-run", help="No server: lengths, plan, and the "
+                                           "load test simulated by kvplan.sim."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="A `kvplan bench` result JSON to compare with."),
+    # --- output
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write preflight.html, .md, .json and "
+                                              "the alert rules + dashboard here."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="table, json or markdown (stdout)."),
+    strict: Optional[bool] = typer.Option(None, "--strict/--no-strict", help="GO WITH RISKS exits 1 too."),
+) -> None:
+    """Pre-launch checklist: lengths, plan, profile, load test at target QPS x 1.5, baseline, history, alerts."""
+    flags = {k: v for k, v in locals().items() if k not in ("config",)}
+    flags["format"] = flags.pop("fmt")
+    flags["vllm_args"] = flags.pop("vllm_arg") or None
+    try:
+        values = _merge(config, flags)
+        fmt_value = values.get("format") or "table"
+        if fmt_value not in ("table", "json", "markdown"):
+            raise UsageError(f"--format must be table, json or markdown, got {fmt_value!r}")
+        req = _plan_request(values)
+        opts = _options(values)
+        tok = None
+        if opts.requests:
+            from .lengths import resolve_tokenizer
+
+            tok = resolve_tokenizer(values.get("tokenizer"), values.get("model"), None, quiet=bool(values.get("estimate")))
+            if tok is None and not values.get("estimate"):
+                typer.echo("kvplan: note: no tokenizer found: prompts without server-reported usage are estimated "
+                           "(labelled in the report); give --tokenizer", err=True)
+    except UsageError as exc:
+        _fail(exc)
+        return
+    from ..preflight.run import run_preflight
+
+    progress = (lambda s: typer.echo(f"kvplan preflight: {s}", err=True)) if fmt_value == "table" else None
+    try:
+        result = run_preflight(req, opts, tokenizer=tok, progress=progress)
+    except UsageError as exc:
+        _fail(exc)
+        return
+    d = result.to_dict()
+    if opts.output_dir is not None:
+        from ..report.preflight_files import write_reports
+
+        try:
+            d = write_reports(d, opts.output_dir)
+        except OSError as exc:
+            _fail(UsageError(f"--output-dir {opts.output_dir}: {exc.strerror or exc}"))
+    _render(d, fmt_value)
+    raise typer.Exit(result.exit_code)
+
+
+def _render(d: dict, fmt: str) -> None:
+    if fmt == "json":
+        from ..report.preflight_files import render_json
+
+        sys.stdout.write(render_json(d) + "\n")
+    elif fmt == "markdown":
+        from ..report.preflight_markdown import render_markdown
+
+        sys.stdout.write(render_markdown(d))
+    else:
+        from ..report.preflight_text import render_table
+
+        render_table(d)
+
+
+def _merge(config: Optional[Path], flags: dict) -> dict:
+    """The config file's values, overridden by every flag given on the command line."""
+    values: dict = {}
+    if config is not None:
+        from ..preflight.config import load_config
+
+        values = load_config(config)
+    for k, v in flags.items():
+        if v is not None:
+            values[k] = v
+    return values
+
+
+def _options(v: dict):
+    from ..preflight.options import DEFAULT_DURATION_S, DEFAULT_LOAD_FACTOR, PreflightOptions
+    from ..slo import parse_seconds, parse_slo
+
+    out = v.get("output_dir")
+    return PreflightOptions(
+        requests=v.get("requests"), target_qps=v.get("target_qps"),
+        load_factor=float(v.get("load_factor") or DEFAULT_LOAD_FACTOR), slo=parse_slo(v.get("slo")),
+        duration_s=parse_seconds(v["duration"], "--duration") if v.get("duration") else DEFAULT_DURATION_S,
+        url=v.get("url"), launch=bool(v.get("launch")), vllm_bin=v.get("vllm_bin") or "vllm",
+        vllm_args=tuple(v.get("vllm_args") or ()),
+        startup_timeout_s=parse_seconds(v["startup_timeout"], "--startup-timeout") if v.get("startup_timeout") else 900.0,
+        baseline=v.get("baseline"), dry_run=bool(v.get("dry_run")), output_dir=Path(out) if out else None,
+        max_tokens=v.get("max_tokens"), history_turns=v.get("history_turns"), history_tokens=v.get("history_tokens"),
+        percentile=float(v.get("percentile") or 99.0), estimate=bool(v.get("estimate")), strict=bool(v.get("strict")),
+    ).validate()
+
+
+def _plan_request(v: dict):
+    # TODO(preflight): use the shared plan-flags helper of `kvplan simulate` once it lands.
+    from ..hardware import custom_gpu, find_gpu, parse_size
+    from ..memory import PlanRequest
+    from ..models import load_model
+    from .main import human_int
+
+    if not v.get("model"):
+        raise UsageError("--model is required (flag or `model:` in --config)")
+    device = v.get("device") or "cuda"
+    if v.get("gpu_memory"):
+        g = custom_gpu(parse_size(v["gpu_memory"], "--gpu-memory"), name=v.get("gpu") or f"{v['gpu_memory']} GPU")
+    elif v.get("gpu"):
+        g = find_gpu(v["gpu"])
+    elif device == "cpu":
+        g = custom_gpu(parse_size("16GiB"), "CPU")
+    else:
+        raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
+    kv_bytes = None
+    if v.get("kv_cache_memory_bytes"):
+        kv_bytes = human_int(str(v["kv_cache_memory_bytes"]), "--kv-cache-memory-bytes")
+    elif v.get("kv_cache_memory"):
+        kv_bytes = parse_size(str(v["kv_cache_memory"]), "--kv-cache-memory")
+    mml = v.get("max_model_len")
+    mnbt = v.get("max_num_batched_tokens")
+    return PlanRequest(
+        model=load_model(v["model"]), gpu=g, device=device,
+        tensor_parallel_size=v.get("tensor_parallel_size") or 1, pipeline_parallel_size=v.get("pipeline_parallel_size") or 1,
+        data_parallel_size=v.get("data_parallel_size") or 1, dtype=v.get("dtype") or "auto",
+        quantization=v.get("quantization"), kv_cache_dtype=v.get("kv_cache_dtype") or "auto",
+        gpu_memory_utilization=v.get("gpu_memory_utilization"),
+        max_model_len=human_int(str(mml), "--max-model-len", allow_auto=True) if mml else None,
+        max_num_seqs=v.get("max_num_seqs"),
+        max_num_batched_tokens=human_int(str(mnbt), "--max-num-batched-tokens") if mnbt else None,
+        block_size=v.get("block_size"), enforce_eager=bool(v.get("enforce_eager")), vllm_version=v.get("vllm_version"),
+        engine=v.get("engine"), kv_cache_memory_bytes=kv_bytes, num_gpu_blocks_override=v.get("num_gpu_blocks_override"),
+        gpus_per_node=v.get("gpus_per_node") or 8,
+        disable_hybrid_kv_cache_manager=bool(v.get("disable_hybrid_kv_cache_manager")),
+        kv_memory_source="kv_cache_memory",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("preflight")(preflight_cmd)
