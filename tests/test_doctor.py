@@ -1,4 +1,4 @@
-"""`kvplan doctor` on real logs: the 14 public failure logs of tests/fixtures/doctor_logs (sources in
+"""`kvplan doctor` on real logs: the public failure logs of tests/fixtures/doctor_logs (sources in
 index.json), the failing start-ups among tests/fixtures/vllm_logs and vLLM's CPU build; the
 healthy logs give no error finding. Asserts ids, numbers and the suggested flag values."""
 from __future__ import annotations

@@ -188,3 +188,29 @@ def test_watch_survives_a_server_restart(tiny_llama_model):
         for s_ in (srv, srv2):
             if s_ is not None:
                 s_.stop()
+
+
+def test_doctor_planned_kv_size_starts_the_real_server(kv_too_small_exit, tiny_llama_model):
+    """The failed start-up, diagnosed with the model's folder as --model: the planner reproduces
+    vLLM's estimate (384) and predicts the smallest --kv-cache-memory-bytes that starts
+    --max-model-len 2048 and the KV line vLLM will print. A real server started with exactly that
+    size starts and prints exactly that line."""
+    from kvplan.ops.doctor import diagnose
+    from tests.vllm_server import server as S
+
+    r = diagnose([(str(kv_too_small_exit.log_path), kv_too_small_exit.log_text)], model=str(tiny_llama_model.path))
+    f = next(f for f in r.findings if f.id == "kv_cache_too_small_for_max_model_len")
+    assert r.runs[0].fix_basis.startswith("plan: ")
+    assert f.fixes[0].change == "--max-model-len 384" and f.fixes[0].basis == "plan"
+    size = next(x for x in f.fixes if x.change.startswith("--kv-cache-memory-bytes "))
+    nums = dict(size.numbers)
+    assert size.basis == "plan" and nums["starts"]
+    srv = S.VllmServer(tiny_llama_model.path, ("--max-model-len", "2048", "--kv-cache-memory-bytes",
+                                               str(nums["kv_cache_memory_bytes"])), {}, label="doctor-planned-kv")
+    try:
+        srv.launch().wait_healthy()
+        log = srv.log_text()
+    finally:
+        srv.stop()
+    assert f"CPU KV cache size: {nums['kv_cache_tokens']:,} tokens" in log
+    assert f"Maximum concurrency for 2,048 tokens per request: {nums['max_concurrency']:.2f}x" in log
