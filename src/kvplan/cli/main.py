@@ -266,6 +266,12 @@ from .ops import register as _register_ops  # noqa: E402
 _register_ops(app)
 
 
+# `kvplan calibrate` (kvplan.cli.calibrate imports nothing heavy at module level).
+from .calibrate import register as _register_calibrate  # noqa: E402
+
+_register_calibrate(app)
+
+
 # `kvplan preflight` (kvplan.cli.preflight imports nothing heavy at module level).
 from .preflight import register as _register_preflight  # noqa: E402
 

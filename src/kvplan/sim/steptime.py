@@ -71,6 +71,15 @@ class StepTimeProfile:
     device: str = ""
     notes: tuple[str, ...] = ()
     fit: Optional[dict[str, Any]] = None  # calibration quality (residuals, samples), when fitted
+    #: Share of the shorter of memory and compute that does not overlap the longer one: 0 is the
+    #: roofline (a GPU streams weights while it multiplies); 1 makes the step the plain sum, which
+    #: is what `kvplan calibrate` fits (a CPU, or any run too short to tell the regimes apart).
+    serial_fraction: float = 0.0
+    #: Latency outside the engine's steps that every request pays once before its first token
+    #: reaches the client: HTTP, tokenisation, the hop to the engine process, detokenisation and
+    #: the stream. 0 in the roofline prior (the simulator then predicts engine-side TTFT, as
+    #: vLLM's own histogram measures it); fitted by `kvplan calibrate` from client timings.
+    request_overhead_s: float = 0.0
 
     def step_time(self, shape: StepShape) -> float:
         return self.time(shape.prefill_tokens + shape.decode_tokens, shape.num_seqs,
@@ -80,7 +89,11 @@ class StepTimeProfile:
         """The same as :meth:`step_time` on plain numbers (the simulator's hot path)."""
         memory = self.weights_read_s + self.per_kv_token_s * kv_read_tokens
         compute = self.per_token_s * tokens + self.per_attn_pair_s * attn_pairs
-        return (self.overhead_s + self.per_seq_s * num_seqs + (memory if memory > compute else compute)
+        if memory > compute:
+            roof = memory + self.serial_fraction * compute
+        else:
+            roof = compute + self.serial_fraction * memory
+        return (self.overhead_s + self.per_seq_s * num_seqs + roof
                 + self.comm_per_token_s * tokens + self.comm_fixed_s)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +120,8 @@ class StepTimeProfile:
             v = getattr(prof, f.name)
             if isinstance(v, float) and not v >= 0:
                 raise UsageError(f"{where}: {f.name} must be a non-negative number, got {v!r}")
+        if prof.serial_fraction > 1:
+            raise UsageError(f"{where}: serial_fraction must be within 0..1, got {prof.serial_fraction!r}")
         return prof
 
     @classmethod
@@ -130,6 +145,12 @@ def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] 
     from ..memory import plan
     from ..models.params import active_params
 
+    if request.device == "cpu":
+        # vLLM's CPU backend has no catalog roofline: its speed depends on the host's cores, ISA
+        # and threads, so only a measurement says it.
+        raise UsageError("--device cpu: kvplan has no step-time roofline for vLLM's CPU backend; fit one on a "
+                         "real run of the server (`kvplan bench ... --output run.json`, then `kvplan calibrate "
+                         "run.json --device cpu --output profile.json`) and pass --profile profile.json")
     res = plan_result or plan(request, what_ifs=False)
     gpu, spec = request.gpu, request.model
     tp = request.tensor_parallel_size

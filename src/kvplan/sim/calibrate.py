@@ -1,0 +1,579 @@
+"""Fit a :class:`StepTimeProfile` to a real run: ``kvplan bench`` client timings, one equation per request.
+
+Why per request and not per ITL gap: vLLM's V1 engine gives every running request exactly one
+token per step (no speculative decoding here), so between a request's first and last token there
+were exactly ``output_tokens - 1`` engine steps, whatever else was running. Their summed duration
+is measured by the client (last token − first token); what those steps computed is known from the
+other requests' records on the same clock: every token another request received in that window was
+one more sequence (and its context one more KV read) in one of those steps, and every first token
+another request received in it was a whole prefill in one of them. Dividing by the step count gives
+one linear equation per request in the profile's coefficients — the request's TPOT::
+
+    TPOT_r = overhead + per_seq · seqs/step + per_token · tokens/step
+             + per_kv_token · kv_read/step + per_attn_pair · attn_pairs/step
+
+Requests that found the server idle add a second kind of equation, for prefill and the API
+server's own latency: ``TTFT_q = request_overhead + step(prefill of q)``.
+
+The coefficients are a non-negative least-squares solution (Lawson–Hanson on the normal equations,
+pure Python: six unknowns need no numpy). The fitted step is the plain sum of its terms
+(``serial_fraction = 1``): memory and compute regimes are not separable from per-request sums.
+
+Step shapes follow the simulator's accounting (:mod:`kvplan.sim.steptime`): a decode of a request
+with ``L`` tokens of context reads ``L`` KV entries; a prefill of ``p`` new tokens after ``s``
+cached ones computes ``p·s + p²/2`` attention pairs and reads ``s`` cached entries.
+
+Limits, stated in the fit: chunks are mapped to tokens proportionally when the server coalesced
+tokens into one chunk; requests preempted during the run make their window's equation wrong (the
+server's preemption counter is reported, and such runs are flagged); prefills longer than the
+step's token budget are counted in the step of their first token.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from ..errors import UsageError
+from .steptime import StepTimeProfile
+
+#: Coefficients the fit solves for, in design-matrix column order.
+COEFFICIENTS = ("overhead_s", "per_seq_s", "per_token_s", "per_kv_token_s", "per_attn_pair_s", "request_overhead_s")
+#: A TTFT equation is used only when nothing else was scheduled between the send and the first token.
+MIN_DECODE_STEPS = 4  # shorter windows are dominated by the client's timing jitter
+#: Decode windows are cut into pieces of this many chunks (see :func:`build_equations`).
+DEFAULT_WINDOW_CHUNKS = 8
+CALIBRATION_FORMAT = "kvplan-calibration/1"
+
+
+@dataclass(frozen=True)
+class _Req:
+    """One successful request of a run, reduced to what the equations need (seconds on the run's clock)."""
+
+    sent: float
+    first: float
+    last: float
+    prompt: int
+    output: int
+    emissions: tuple[float, ...]  # time of each chunk (first chunk = first token)
+    tokens_per_chunk: float  # tokens after the first, per later chunk (usage / chunks)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one input run contributed."""
+
+    result: str
+    records: str
+    requests_read: int
+    requests_used: int
+    skipped: dict[str, int]
+    tpot_equations: int
+    ttft_equations: int
+    rate: Optional[float]
+    preemptions: Optional[float]
+    server_checks: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"result": self.result, "records": self.records, "requests_read": self.requests_read,
+                "requests_used": self.requests_used, "skipped": dict(self.skipped),
+                "tpot_equations": self.tpot_equations, "ttft_equations": self.ttft_equations,
+                "rate": self.rate, "preemptions": self.preemptions, "server_checks": dict(self.server_checks)}
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """The fitted profile plus how well it reproduces what was measured."""
+
+    profile: StepTimeProfile
+    runs: tuple[RunSummary, ...]
+    fit: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": CALIBRATION_FORMAT, "profile": self.profile.to_dict(), "runs": [r.to_dict() for r in self.runs],
+                "fit": self.fit, "warnings": list(self.warnings)}
+
+
+# --------------------------------------------------------------------------- reading runs
+def _load_json(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    if not isinstance(data, dict) or data.get("kind") != "kvplan.bench":
+        raise UsageError(f"{path}: not a kvplan bench result (no \"kind\": \"kvplan.bench\"); "
+                         "calibrate reads the --output of `kvplan bench`")
+    return data
+
+
+def _records_path(result_path: Path, result: dict, given: Optional[str | Path]) -> Path:
+    if given is not None:
+        return Path(given)
+    candidates = []
+    rf = result.get("records_file")
+    if isinstance(rf, str) and rf:
+        p = Path(rf)
+        candidates += [p] if p.is_absolute() else [result_path.parent / p, p, result_path.parent / p.name]
+    stem = result_path.name[:-5] if result_path.name.endswith(".json") else result_path.name
+    candidates.append(result_path.with_name(stem + ".records.jsonl"))
+    for c in candidates:
+        if c.exists():
+            return c
+    raise UsageError(f"{result_path}: its per-request records were not found (tried "
+                     f"{', '.join(str(c) for c in dict.fromkeys(candidates))}); pass --records FILE "
+                     "(calibration needs each request's token times, the result JSON alone has only percentiles)")
+
+
+def _iter_records(path: Path) -> Iterable[tuple[int, dict]]:
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UsageError(f"{path}: reading Parquet needs pyarrow (pip install 'kvplan[parquet]')") from None
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds for a bad file
+            raise UsageError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+        yield from enumerate(rows, 1)
+        return
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{lineno}: not a JSON record: {exc.msg}") from None
+            if not isinstance(obj, dict):
+                raise UsageError(f"{path}:{lineno}: a record is a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def _num(obj: dict, key: str, path: Path, lineno: int, *, integer: bool = False) -> Optional[float]:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        raise UsageError(f"{path}:{lineno}: field {key!r} must be a number, got {v!r}")
+    if integer and v != int(v):
+        raise UsageError(f"{path}:{lineno}: field {key!r} must be a whole number, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def read_requests(path: Path) -> tuple[list[_Req], int, dict[str, int]]:
+    """The successful, measured requests of a records file; skipped ones counted by reason."""
+    reqs: list[_Req] = []
+    skipped: dict[str, int] = {}
+    n = 0
+
+    def skip(reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    for lineno, obj in _iter_records(path):
+        n += 1
+        if obj.get("warmup"):
+            skip("warmup")
+            continue
+        if not obj.get("ok", obj.get("error") is None):
+            skip(f"failed:{obj.get('error') or 'unknown'}")
+            continue
+        sent = _num(obj, "sent", path, lineno)
+        first = _num(obj, "first_token", path, lineno)
+        last = _num(obj, "last_token", path, lineno)
+        prompt = _num(obj, "prompt_tokens", path, lineno, integer=True)
+        output = _num(obj, "output_tokens", path, lineno, integer=True)
+        if sent is None or first is None or last is None or prompt is None or output is None:
+            skip("missing_timing_or_usage")
+            continue
+        if obj.get("usage_missing"):
+            skip("usage_missing")
+            continue
+        itl = obj.get("itl") or []
+        if not isinstance(itl, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in itl):
+            raise UsageError(f"{path}:{lineno}: field 'itl' must be a list of numbers")
+        if first < sent or last < first:
+            raise UsageError(f"{path}:{lineno}: times out of order (sent {sent}, first_token {first}, last_token {last})")
+        times = [first]
+        for gap in itl:
+            times.append(times[-1] + float(gap))
+        later_chunks = len(times) - 1
+        per_chunk = (output - 1) / later_chunks if later_chunks else 0.0
+        reqs.append(_Req(sent, first, last, int(prompt), int(output), tuple(times), per_chunk))
+    return reqs, n, skipped
+
+
+# --------------------------------------------------------------------------- equations
+def _decode_kv_sum(prompt: int, k_from: float, k_to: float) -> float:
+    """Σ context over decode tokens k_from..k_to (token k reads prompt + k - 1 entries), continuous."""
+    if k_to < k_from:
+        return 0.0
+    n = k_to - k_from + 1
+    return n * (prompt - 1) + (k_from + k_to) * n / 2
+
+
+def _window_features(reqs: Sequence[_Req], starts: Sequence[float], a: float, b: float) -> list[float]:
+    """Summed step shape of every step that ended in (a, b]: [steps(not set here), seqs, tokens, kv_read, pairs]."""
+    seqs = tokens = kv = pairs = 0.0
+    hi = bisect.bisect_right(starts, b)  # requests sent after b cannot emit in the window
+    for q in reqs[:hi]:
+        if q.last <= a or q.first > b:
+            continue
+        times = q.emissions
+        lo_i = bisect.bisect_right(times, a)
+        hi_i = bisect.bisect_right(times, b)
+        if hi_i <= lo_i:
+            continue
+        if lo_i == 0:  # the prefill step (first token) is in the window
+            seqs += 1
+            tokens += q.prompt
+            pairs += q.prompt * q.prompt / 2.0
+            lo_i = 1
+        if hi_i > lo_i:
+            n_dec = (hi_i - lo_i) * q.tokens_per_chunk
+            # chunk j (j >= 1) carries tokens up to 1 + j * tokens_per_chunk
+            k_from = 1 + (lo_i - 1) * q.tokens_per_chunk + 1
+            k_to = 1 + (hi_i - 1) * q.tokens_per_chunk
+            seqs += n_dec
+            tokens += n_dec
+            kv += _decode_kv_sum(q.prompt, k_from, k_to)
+    return [seqs, tokens, kv, pairs]
+
+
+def build_equations(reqs: Sequence[_Req], window_chunks: int = 0) -> tuple[list[list[float]], list[float], list[str]]:
+    """Rows (features per step, in :data:`COEFFICIENTS` order), targets (s per step) and the kind of each row.
+
+    ``tpot``: a request's whole decode window (for reporting how well TPOT is reproduced);
+    ``decode``: the same window cut into pieces of ``window_chunks`` chunks (the rows that are
+    fitted: the batch changes within a request's life, and the pieces see it change; 0 = whole
+    windows); ``ttft``: requests that found the engine idle."""
+    reqs = sorted(reqs, key=lambda r: r.sent)
+    starts = [r.sent for r in reqs]
+    rows: list[list[float]] = []
+    ys: list[float] = []
+    kinds: list[str] = []
+
+    def add(a: float, b: float, steps: float, kind: str) -> None:
+        seqs, tokens, kv, pairs = _window_features(reqs, starts, a, b)
+        rows.append([1.0, seqs / steps, tokens / steps, kv / steps, pairs / steps, 0.0])
+        ys.append((b - a) / steps)
+        kinds.append(kind)
+
+    for r in reqs:
+        steps = r.output - 1
+        if steps < MIN_DECODE_STEPS or r.last <= r.first:
+            continue
+        add(r.first, r.last, steps, "tpot")
+        chunks = len(r.emissions) - 1
+        k = window_chunks if 0 < window_chunks < chunks else chunks
+        j = 0
+        while j < chunks:
+            j1 = min(chunks, j + k)
+            if chunks - j1 < k // 2:  # fold a short tail into this piece
+                j1 = chunks
+            a, b = r.emissions[j], r.emissions[j1]
+            if b > a:
+                add(a, b, (j1 - j) * r.tokens_per_chunk, "decode")
+            j = j1
+    # TTFT of requests that had the engine to themselves: no other request was between its send and
+    # its last token while this one waited (it would share or delay the prefill step).
+    for q in reqs:
+        if any(o is not q and o.sent <= q.first and o.last >= q.sent for o in reqs[:bisect.bisect_right(starts, q.first)]):
+            continue
+        rows.append([1.0, 1.0, float(q.prompt), 0.0, q.prompt * q.prompt / 2.0, 1.0])
+        ys.append(q.first - q.sent)
+        kinds.append("ttft")
+    return rows, ys, kinds
+
+
+# --------------------------------------------------------------------------- NNLS
+def _solve(a: list[list[float]], b: list[float]) -> Optional[list[float]]:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-14:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(c + 1, n):
+            f = m[r][c] / m[c][c]
+            if f:
+                for k in range(c, n + 1):
+                    m[r][k] -= f * m[c][k]
+    x = [0.0] * n
+    for c in range(n - 1, -1, -1):
+        x[c] = (m[c][n] - sum(m[c][k] * x[k] for k in range(c + 1, n))) / m[c][c]
+    return x
+
+
+def nnls(rows: Sequence[Sequence[float]], ys: Sequence[float], weights: Optional[Sequence[float]] = None,
+         max_iter: int = 100) -> list[float]:
+    """min ‖W(Ax − y)‖ subject to x ≥ 0 (Lawson & Hanson 1974), on column-scaled normal equations."""
+    n = len(rows[0]) if rows else 0
+    w = list(weights) if weights is not None else [1.0] * len(rows)
+    scale = [math.sqrt(sum(wi * row[j] ** 2 for wi, row in zip(w, rows))) or 1.0 for j in range(n)]
+    g = [[sum(wi * row[i] * row[j] for wi, row in zip(w, rows)) / (scale[i] * scale[j]) for j in range(n)]
+         for i in range(n)]
+    h = [sum(wi * row[i] * y for wi, row, y in zip(w, rows, ys)) / scale[i] for i in range(n)]
+    ridge = 1e-10 * max(1.0, max(g[i][i] for i in range(n))) if n else 0.0
+    x = [0.0] * n
+    passive: list[int] = []
+    tol = 1e-12 * max(1.0, max((abs(v) for v in h), default=1.0))
+
+    def sub_solve(p: list[int]) -> list[float]:
+        z = _solve([[g[i][j] + (ridge if i == j else 0.0) for j in p] for i in p], [h[i] for i in p])
+        return z if z is not None else [0.0] * len(p)
+
+    for _ in range(max_iter):
+        grad = [h[i] - sum(g[i][j] * x[j] for j in range(n)) for i in range(n)]
+        cand = [i for i in range(n) if i not in passive and grad[i] > tol]
+        if not cand:
+            break
+        passive.append(max(cand, key=lambda i: grad[i]))
+        for _inner in range(max_iter):
+            z = sub_solve(passive)
+            if all(v > 0 for v in z):
+                for i, v in zip(passive, z):
+                    x[i] = v
+                break
+            alpha = min(x[i] / (x[i] - v) for i, v in zip(passive, z) if v <= 0)
+            for i, v in zip(passive, z):
+                x[i] += alpha * (v - x[i])
+            passive = [i for i in passive if x[i] > 1e-15]
+            for i in range(n):
+                if i not in passive:
+                    x[i] = 0.0
+    return [x[i] / scale[i] for i in range(n)]
+
+
+# --------------------------------------------------------------------------- quality
+def _pct(vals: Sequence[float], q: float) -> Optional[float]:
+    if not vals:
+        return None
+    s = sorted(vals)
+    k = (len(s) - 1) * q / 100
+    lo = int(math.floor(k))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _quality(kind: str, pred: Sequence[float], meas: Sequence[float]) -> dict[str, Any]:
+    if not meas:
+        return {"kind": kind, "count": 0}
+    rel = [(p - m) / m for p, m in zip(pred, meas) if m > 0]
+    mean_m = sum(meas) / len(meas)
+    ss_tot = sum((m - mean_m) ** 2 for m in meas)
+    ss_res = sum((p - m) ** 2 for p, m in zip(pred, meas))
+    r6 = lambda v: None if v is None else round(v, 6)  # noqa: E731
+    return {
+        "kind": kind, "count": len(meas),
+        "measured_mean_s": r6(mean_m), "predicted_mean_s": r6(sum(pred) / len(pred)),
+        "mean_error": r6((sum(pred) - sum(meas)) / sum(meas)) if sum(meas) else None,
+        "rmse_s": r6(math.sqrt(ss_res / len(meas))),
+        "r2": r6(1 - ss_res / ss_tot) if ss_tot > 0 else None,
+        "abs_rel_error_p50": r6(_pct([abs(x) for x in rel], 50)),
+        "abs_rel_error_p90": r6(_pct([abs(x) for x in rel], 90)),
+        "abs_rel_error_max": r6(max((abs(x) for x in rel), default=0.0)),
+        "measured_p50_s": r6(_pct(meas, 50)), "predicted_p50_s": r6(_pct(pred, 50)),
+    }
+
+
+def _server_checks(result: dict) -> dict[str, Any]:
+    """vLLM's own view of the same run, from the histograms bench captured (deltas over the run)."""
+    d = (result.get("server") or {}).get("deltas") or {}
+    out: dict[str, Any] = {}
+
+    def mean(name: str) -> Optional[float]:
+        c, s = d.get(f"{name}_count"), d.get(f"{name}_sum")
+        return round(s / c, 6) if c and s is not None else None
+
+    steps = d.get("vllm:iteration_tokens_total_count")
+    if steps:
+        out["engine_steps"] = steps
+        out["tokens_per_step_mean"] = mean("vllm:iteration_tokens_total")
+    for key, name in (("server_tpot_mean_s", "vllm:request_time_per_output_token_seconds"),
+                      ("server_itl_mean_s", "vllm:inter_token_latency_seconds"),
+                      ("server_prefill_mean_s", "vllm:request_prefill_time_seconds"),
+                      ("server_decode_mean_s", "vllm:request_decode_time_seconds"),
+                      ("server_queue_mean_s", "vllm:request_queue_time_seconds"),
+                      ("server_ttft_mean_s", "vllm:time_to_first_token_seconds")):
+        m = mean(name)
+        if m is not None:
+            out[key] = m
+    lat = result.get("latency_s") or {}
+    for key in ("ttft", "tpot"):
+        m = (lat.get(key) or {}).get("mean")
+        if m is not None:
+            out[f"client_{key}_mean_s"] = m
+    return out
+
+
+def _api_latency(checks: dict[str, Any]) -> Optional[float]:
+    """Mean time a request spent outside vLLM's engine before its first token reached the client
+    (client TTFT − vLLM's queue + prefill time): a diagnostic, it grows with load on a small host."""
+    c, q, p = (checks.get(k) for k in ("client_ttft_mean_s", "server_queue_mean_s", "server_prefill_mean_s"))
+    if c is None or q is None or p is None:
+        return None
+    checks["api_latency_mean_s"] = round(c - q - p, 6)
+    return c - q - p
+
+
+def prefill_step_features(reqs: Sequence[_Req], coincide_s: float = 0.002) -> Optional[list[float]]:
+    """Mean shape of the step that computed each request's prefill: its own prompt, every request
+    decoding at that moment (one token each, its context read), and other prefills whose first
+    token came out within ``coincide_s`` (the same step). vLLM's ``request_prefill_time_seconds``
+    (scheduled → first token) measures exactly these steps, engine-side."""
+    if not reqs:
+        return None
+    acc = [0.0] * len(COEFFICIENTS)
+    for q in reqs:
+        seqs, tokens, kv, pairs = 1.0, float(q.prompt), 0.0, q.prompt * q.prompt / 2.0
+        for o in reqs:
+            if o is q:
+                continue
+            if abs(o.first - q.first) <= coincide_s:
+                seqs += 1
+                tokens += o.prompt
+                pairs += o.prompt * o.prompt / 2.0
+            elif o.first < q.first <= o.last:
+                k = 1 + bisect.bisect_left(o.emissions, q.first) * o.tokens_per_chunk
+                seqs += 1
+                tokens += 1
+                kv += o.prompt + k - 1
+        for i, v in enumerate((1.0, seqs, tokens, kv, pairs, 0.0)):
+            acc[i] += v
+    return [v / len(reqs) for v in acc]
+
+
+# --------------------------------------------------------------------------- entry point
+def _collect(results: Sequence[str | Path], records: Optional[Sequence[Optional[str | Path]]], window_chunks: int = 0):
+    recs_given = list(records or [])
+    if len(recs_given) > len(results):
+        raise UsageError(f"{len(recs_given)} --records files for {len(results)} result files: give at most one each")
+    recs_given += [None] * (len(results) - len(recs_given))
+    rows: list[list[float]] = []
+    ys: list[float] = []
+    kinds: list[str] = []
+    runs: list[RunSummary] = []
+    warnings: list[str] = []
+    for res_path, rec_given in zip(results, recs_given):
+        rp = Path(res_path)
+        result = _load_json(rp)
+        rec_path = _records_path(rp, result, rec_given)
+        reqs, n_read, skipped = read_requests(rec_path)
+        r_rows, r_ys, r_kinds = build_equations(reqs, window_chunks)
+        checks = _server_checks(result)
+        _api_latency(checks)
+        prefill_mean = checks.get("server_prefill_mean_s")
+        feats = prefill_step_features(reqs) if prefill_mean else None
+        if feats is not None:
+            r_rows.append(feats)
+            r_ys.append(prefill_mean)
+            r_kinds.append("prefill")
+        preempt = ((result.get("server") or {}).get("deltas") or {}).get("vllm:num_preemptions_total")
+        if preempt:
+            warnings.append(f"{rp}: the server preempted {preempt:g} requests during the run: recomputed "
+                            "prefills are not in the equations, so the fit overstates decode cost a little")
+        if result.get("partial"):
+            warnings.append(f"{rp}: partial run ({result.get('stop_reason')}); its completed requests are used")
+        if result.get("client_bound"):
+            warnings.append(f"{rp}: the load generator was client-bound; the timings include the client's delays")
+        runs.append(RunSummary(
+            result=str(rp), records=str(rec_path), requests_read=n_read, requests_used=len(reqs),
+            skipped=skipped, tpot_equations=r_kinds.count("tpot"), ttft_equations=r_kinds.count("ttft"),
+            rate=(result.get("rate") or {}).get("achieved"), preemptions=preempt, server_checks=checks))
+        rows += r_rows
+        ys += r_ys
+        kinds += r_kinds
+    return rows, ys, kinds, runs, warnings
+
+
+def _by_kind(pred: Sequence[float], ys: Sequence[float], kinds: Sequence[str]) -> dict[str, Any]:
+    return {label: _quality(kind, [p for p, k in zip(pred, kinds) if k == kind], [y for y, k in zip(ys, kinds) if k == kind])
+            for label, kind in (("tpot", "tpot"), ("decode_window", "decode"), ("ttft_idle", "ttft"),
+                                ("prefill_step", "prefill"))}
+
+
+def calibrate(results: Sequence[str | Path], *, records: Optional[Sequence[Optional[str | Path]]] = None,
+              device: str = "", config: Optional[dict[str, Any]] = None,
+              window_chunks: int = DEFAULT_WINDOW_CHUNKS) -> CalibrationResult:
+    """Fit a step-time profile to one or more ``kvplan bench`` runs of the same server configuration.
+
+    ``records[i]`` is the per-request records file of ``results[i]`` (default: the result's
+    ``records_file`` or ``<result>.records.jsonl``). ``config`` (the plan flags the runs were
+    served with) is recorded in the profile's ``fit`` so a profile is not reused blindly elsewhere."""
+    if not results:
+        raise UsageError("calibrate needs at least one `kvplan bench` result file")
+    rows, ys, kinds, runs, warnings = _collect(results, records, window_chunks)
+    n_t, n_f, n_p = kinds.count("tpot"), kinds.count("ttft"), kinds.count("prefill")
+    if n_t < 3:
+        raise UsageError(f"{', '.join(str(r) for r in results)}: only {n_t} requests with at least "
+                         f"{MIN_DECODE_STEPS + 1} output tokens; calibration needs more (run `kvplan bench` "
+                         "longer, with --output-len 32 or more)")
+    if not n_f:
+        warnings.append("no request found the server idle, so the API server's latency (request_overhead_s) "
+                        "is not measured; add a run at a low rate (e.g. --rate 0.5)")
+    if not n_p:
+        warnings.append("the runs have no vLLM prefill-time histogram (/metrics not scraped), so prefill cost "
+                        "rests on the decode windows and idle TTFTs only")
+    # Each kind of equation carries the same total weight, so a thousand decode
+    # windows do not drown ten idle TTFTs or the one engine-side prefill mean per run.
+    n_d = kinds.count("decode")
+    count = {"decode": n_d, "ttft": n_f, "prefill": n_p}
+    # Within a kind the residuals are absolute (a window's error counts in seconds, so the fit keeps
+    # the mean step right: E2E is a sum of steps); between kinds they are relative to the kind's mean.
+    scale = {k: sum(y for y, kk in zip(ys, kinds) if kk == k) / n for k, n in count.items() if n}
+    weights = [1.0 / (scale[k] ** 2 * count[k]) if k in scale else 0.0 for k in kinds]
+    coef = nnls(rows, ys, weights)
+    pred = [sum(c * f for c, f in zip(coef, row)) for row in rows]
+    fit: dict[str, Any] = {
+        "method": "non-negative least squares (each kind of equation weighted equally): one equation per piece of "
+                  "every request's decode window (window_chunks chunks), one TTFT equation per request that found the engine idle, one per run for vLLM's "
+                  "mean prefill time",
+        "coefficients": {name: coef[i] for i, name in enumerate(COEFFICIENTS)},
+        "equations": {"decode_windows": n_d, "tpot_requests": n_t, "ttft": n_f, "prefill": n_p},
+        "window_chunks": window_chunks,
+        **_by_kind(pred, ys, kinds),
+        "runs": [r.to_dict() for r in runs],
+    }
+    if config:
+        fit["config"] = dict(config)
+    names = ", ".join(Path(r).name for r in results)
+    profile = StepTimeProfile(
+        overhead_s=coef[0], per_seq_s=coef[1], weights_read_s=0.0, per_kv_token_s=coef[3], per_token_s=coef[2],
+        per_attn_pair_s=coef[4], serial_fraction=1.0, request_overhead_s=coef[5],
+        source=f"calibrated on {names}", device=device,
+        notes=(f"fitted by kvplan calibrate on {len(results)} run(s), {len(rows)} equations",
+               "step = overhead + per_seq·seqs + per_token·tokens + per_kv_token·kv_read + per_attn_pair·pairs "
+               "(serial_fraction 1: the terms add up)") + tuple(warnings),
+        fit=fit)
+    return CalibrationResult(profile=profile, runs=tuple(runs), fit=fit, warnings=tuple(warnings))
+
+
+def predict_equations(profile: StepTimeProfile, results: Sequence[str | Path],
+                      records: Optional[Sequence[Optional[str | Path]]] = None) -> dict[str, Any]:
+    """How well ``profile`` reproduces other runs' equations (a held-out check: not used in a fit)."""
+    rows, ys, kinds, _, _ = _collect(results, records)
+    coef = [getattr(profile, name) for name in COEFFICIENTS]
+    pred = [sum(c * f for c, f in zip(coef, row)) for row in rows]
+    return _by_kind(pred, ys, kinds)
+
+
+__all__ = ["calibrate", "CalibrationResult", "RunSummary", "nnls", "read_requests", "build_equations",
+           "predict_equations", "prefill_step_features", "COEFFICIENTS"]
