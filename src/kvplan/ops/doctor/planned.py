@@ -124,7 +124,7 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
         req = replace(req, kv_cache_memory_per_stage=per_stage)
     try:
         base = plan(req, what_ifs=False)
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:  # a flag value the planner cannot follow
         return None, f"the planner rejects the log's flags: {exc}"
     mismatch = _disagreement(base, req, log)
     label = f"{spec.name}, vLLM {base.vllm_semantics} rules ({base.engine})"
