@@ -278,6 +278,12 @@ from .preflight import register as _register_preflight  # noqa: E402
 _register_preflight(app)
 
 
+# `kvplan simulate` (kvplan.cli.simulate imports nothing heavy at module level).
+from .simulate import register as _register_simulate  # noqa: E402
+
+_register_simulate(app)
+
+
 def main() -> None:
     try:
         app()

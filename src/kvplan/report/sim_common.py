@@ -1,0 +1,73 @@
+"""Shared pieces of the ``kvplan simulate`` renderers: the rows every view shows, computed from the
+result dict only (renderers never recompute metrics)."""
+from __future__ import annotations
+
+from typing import Optional
+
+LAT_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queue", "queue"))
+LAT_COLS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
+
+
+def ms(x: Optional[float]) -> str:
+    """Milliseconds, or seconds with an ``s`` once a value passes 100 s (saturated queues)."""
+    if x is None:
+        return "-"
+    return f"{x * 1e3:,.1f}" if x < 100 else f"{x:,.0f} s"
+
+
+def num(x, fmt: str = "{:,.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def headline(d: dict) -> list[tuple[str, str]]:
+    c, r, t, s = d["config"], d["requests"], d["throughput"], d["saturation"]
+    rows = [
+        ("model", f"{c['model']} on {c.get('gpu')} TP{c['tensor_parallel_size']}"
+                  + (f" PP{c['pipeline_parallel_size']}" if c.get("pipeline_parallel_size", 1) > 1 else "")),
+        ("limits", f"max_model_len {c['max_model_len']:,}, max_num_seqs {c['max_num_seqs']:,}, "
+                   f"max_num_batched_tokens {c['max_num_batched_tokens']:,}"),
+        ("KV cache", f"{c['num_gpu_blocks']:,} blocks x {c['block_size']} tokens, peak usage "
+                     f"{num(d['kv_cache'].get('peak_usage'), '{:.1%}')}"),
+        ("traffic", d["trace"]["source"]),
+        ("requests", f"{r['total']:,}: {r['completed']:,} completed, {r['rejected']:,} rejected"
+                     + (f", {r['unfinished']:,} unfinished" if r.get("unfinished") else "")),
+        ("preemptions", f"{d['preemptions']:,} ({r.get('preempted_requests', 0):,} requests)"),
+        ("throughput", f"{num(t.get('requests_per_s'))} req/s, {num(t.get('output_tokens_per_s'), '{:,.0f}')} output "
+                       f"tok/s, {num(t.get('total_tokens_per_s'), '{:,.0f}')} total tok/s"),
+        ("saturation", ("SATURATED: " if s.get("saturated") else "") + str(s.get("reason", "-"))
+         + (f"; sustains ~{s['max_sustainable_rate_estimate']:.2f} req/s"
+            if s.get("max_sustainable_rate_estimate") else "")),
+        ("engine", f"{d['engine']['steps']:,} steps, mean {ms(d['engine'].get('mean_step_s'))} ms, "
+                   f"max waiting {d['engine'].get('max_waiting', 0):,}"),
+        ("step time", d["profile"].get("source", "")),
+    ]
+    search = d.get("saturation_search")
+    if search:
+        rows.append(("max sustainable", f"{num(search.get('max_rate'))} req/s ({search.get('reason')})"))
+    return rows
+
+
+def latency_rows(d: dict) -> list[list[str]]:
+    out = []
+    for key, label in LAT_ROWS:
+        v = d["latency_s"].get(key) or {}
+        out.append([label] + [ms(v.get(c)) for c in LAT_COLS] + [f"{v.get('count', 0):,}"])
+    return out
+
+
+def check_rows(d: dict) -> list[list[str]]:
+    rows = []
+    for c in d["verdict"]["checks"]:
+        val = c["value"]
+        name = c["name"]
+        if name in ("error_rate", "goodput_ratio"):
+            shown, lim = num(val, "{:.2%}"), num(c["limit"], "{:.2%}")
+        else:
+            shown, lim = f"{ms(val)} ms", f"{ms(c['limit'])} ms"
+        rows.append([name, shown, lim, "ok" if c["passed"] else "MISSED"])
+    return rows
+
+
+def capacity_rows(d: dict) -> list[list[str]]:
+    return [[f"{r['max_model_len']:,}", num(r.get("max_concurrency")), "yes" if r["fits"] else "no",
+             num(r.get("max_sustainable_qps"))] for r in d.get("capacity_boundary") or ()]

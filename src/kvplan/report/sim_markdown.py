@@ -1,0 +1,27 @@
+"""Markdown view of ``kvplan simulate`` (for issues, PRs, READMEs)."""
+from __future__ import annotations
+
+from .sim_common import LAT_COLS, capacity_rows, check_rows, headline, latency_rows
+
+
+def _esc(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(d: dict) -> str:
+    out = ["## kvplan simulate", ""]
+    out += ["| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in headline(d)]
+    out += ["", "### Predicted latency (ms)", "",
+            "| metric | " + " | ".join(LAT_COLS) + " | n |", "|---" * (len(LAT_COLS) + 2) + "|"]
+    out += ["| " + " | ".join(_esc(x) for x in row) + " |" for row in latency_rows(d)]
+    rows = check_rows(d)
+    if rows:
+        out += ["", "### SLO", "", "| gate | predicted | limit | |", "|---|---|---|---|"]
+        out += ["| " + " | ".join(_esc(x) for x in r) + " |" for r in rows]
+    cap = capacity_rows(d)
+    if cap:
+        out += ["", "### Capacity boundary", "", "| max_model_len | max concurrency | starts | max QPS at SLO |",
+                "|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in cap]
+    for note in d.get("notes") or ():
+        out += ["", f"_Note: {_esc(note)}_"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,113 @@
+"""A :class:`Trace` from a request log, read by the ONE request-log reader (``kvplan.workload``:
+``iter_requests`` + ``count_batch``, the code behind ``kvplan lengths`` and ``kvplan bench
+--requests``), so every shape those accept (OpenAI JSONL, CSV, vLLM's request log, gzip/zstd)
+works here too.
+
+Prompt tokens: the server-reported ``usage`` when the record has it, else the tokenizer (as
+``kvplan lengths`` counts them), else a labelled estimate only when asked (``estimate=True``).
+Output tokens: ``usage.completion_tokens``, else the record's ``max_tokens``, else ``max_tokens``.
+Arrivals: the log's timestamps (replay) unless ``rate`` is given. Conversations (a session field,
+or chat requests whose message list extends an earlier request's) share a prefix: the earlier
+turn's prompt and answer, which vLLM's prefix cache serves.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional, Sequence
+
+from ..errors import UsageError
+from ..workload.arrivals import rate_schedule, replay_schedule
+from .trace import SimRequest, Trace, parse_arrival
+
+BATCH = 256
+
+
+def _conversation_key(r) -> Optional[str]:
+    if r.session:
+        return f"session:{r.session}"
+    if r.messages and len(r.messages) > 1:
+        first = r.messages[0]
+        body = json.dumps(first, sort_keys=True, default=str) if isinstance(first, dict) else str(first)
+        return "conv:" + hashlib.sha1(body.encode("utf-8", "replace")).hexdigest()[:16]
+    return None
+
+
+def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optional[float] = None,
+                   arrival: str = "poisson", seed: int = 0, num_requests: Optional[int] = None,
+                   max_tokens: Optional[int] = None, estimate: bool = False, speed: float = 1.0) -> Trace:
+    """Requests of ``paths`` (a path or a list). ``tokenizer``: a :class:`ChatTokenizer`, a model
+    folder / tokenizer.json / ``pkg:NAME`` spec, or None. Records that cannot become a request
+    are counted in ``Trace.skipped`` by reason (never dropped silently)."""
+    from ..workload.analysis import LengthsOptions, _Book, count_batch, iter_requests
+    from ..workload.issues import RecordError
+    from ..workload.sources import expand_paths
+    from ..workload.tokenizer import ChatTokenizer, Estimator
+
+    if isinstance(paths, str):
+        paths = [paths]
+    if rate is not None and not rate > 0:
+        raise UsageError(f"--rate must be positive, got {rate}")
+    tok = ChatTokenizer.from_path(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    est = Estimator() if tok is None and estimate else None
+    opts = LengthsOptions(estimate=est is not None)
+    book = _Book(opts)
+    skipped: dict[str, int] = {}
+    rows: list[tuple[Any, int, int]] = []
+    batch: list = []
+
+    def flush() -> None:
+        for (_rid, r), c in zip(batch, count_batch(batch, tok, est)):
+            if isinstance(c, RecordError) or c is None:
+                reason = c.reason if isinstance(c, RecordError) else "uncounted"
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
+            out = c[2] if c[2] is not None else (r.max_tokens or max_tokens)
+            if out is None:
+                skipped["no_output_length"] = skipped.get("no_output_length", 0) + 1
+                continue
+            rows.append((r, int(c[0]), max(1, int(out))))
+        batch.clear()
+
+    for rid, r in iter_requests(expand_paths(list(paths)), opts, book):
+        batch.append((rid, r))
+        if len(batch) >= BATCH:
+            flush()
+            if num_requests is not None and len(rows) >= num_requests:
+                break
+    flush()
+    if num_requests is not None:
+        rows = rows[:num_requests]
+    for reason, n in book.skipped.items():
+        skipped[reason] = skipped.get(reason, 0) + n
+    if not rows:
+        raise UsageError(f"--requests: no usable request in {', '.join(map(str, paths))} (skipped: {skipped or 'none'})")
+
+    if rate is None:
+        try:
+            times = replay_schedule([r.timestamp for r, _, _ in rows], speed)
+        except ValueError:
+            raise UsageError("--requests: the log has no timestamps to replay; give --rate R") from None
+        how = "replayed timestamps" + (f" x{speed:g}" if speed != 1 else "")
+    else:
+        kind, shape = parse_arrival(arrival)
+        times = list(rate_schedule(rate, kind, shape, 0.0, seed, max_count=len(rows)))
+        how = f"{arrival} {rate:g} req/s"
+    last: dict[str, tuple[int, int, int]] = {}  # conversation -> (prompt, output, messages) of its last turn
+    reqs = []
+    for (r, p, o), t in zip(rows, times):
+        key = _conversation_key(r)
+        pid, ptok = None, 0
+        if key is not None:
+            prev = last.get(key)
+            nmsg = len(r.messages or ())
+            if prev is not None and (r.session or nmsg > prev[2]):
+                pid, ptok = key, max(0, min(prev[0] + prev[1], p - 1))
+            elif prev is None:
+                pid = key
+            last[key] = (p, o, nmsg)
+        reqs.append(SimRequest(t, p, o, pid, ptok))
+    reqs.sort(key=lambda x: x.arrival_s)
+    counted = "usage/tokenizer" if est is None else "usage/estimate"
+    return Trace(tuple(reqs), f"{', '.join(map(str, paths))}: {len(reqs)} requests, {how}, lengths from {counted}",
+                 tuple(sorted(skipped.items())))

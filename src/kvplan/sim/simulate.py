@@ -1,0 +1,293 @@
+"""``simulate(request, trace)``: the plan's KV pool and batch limits, the V1 scheduler
+(:mod:`kvplan.sim.engine`) and a step-time profile (:mod:`kvplan.sim.steptime`) -> a
+:class:`SimResult`.
+
+The plan gives what vLLM resolves at start-up: ``num_gpu_blocks`` and ``block_size`` (the KV
+cache), the KV groups (hybrid models), ``max_num_seqs``, ``max_num_batched_tokens`` and
+``max_model_len``. Everything the plan does not fix takes vLLM 0.32's default and can be changed:
+prefix caching on, ``long_prefill_token_threshold`` 0, watermark 0, async scheduling on.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from ..errors import KvplanError, UsageError
+from .engine import DONE, REJECTED, Engine
+from .result import SimResult, summarize, summarize_weighted
+from .steptime import StepTimeProfile, default_profile
+from .trace import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import PlanRequest, PlanResult
+    from ..slo import Slo
+
+VLLM_SEMANTICS = "vLLM V1 scheduler, 0.32/0.33 source (vllm/v1/core/sched/scheduler.py)"
+SAMPLE_CAP = 20_000
+
+
+class PlanDoesNotStart(KvplanError):
+    """The configuration would not start (vLLM's own error text): nothing to simulate."""
+
+
+def _groups(plan_result, request) -> tuple[tuple[str, int, int], ...]:
+    """(kind, window, fixed blocks) per KV group, from the plan's layout and the model's layers."""
+    windows = {"sliding": 0, "chunked": 0}
+    for layer in getattr(request.model, "layers", ()):
+        kind = getattr(layer, "kind", "")
+        if kind == "sliding":
+            windows["sliding"] = max(windows["sliding"], int(getattr(layer, "window", 0) or 0))
+        elif kind == "chunked":
+            windows["chunked"] = max(windows["chunked"], int(getattr(layer, "chunk", 0) or 0))
+    out = []
+    for g in plan_result.kv.groups:
+        if g.kind in ("full", "mla"):
+            out.append((g.kind, 0, 0))
+        elif g.kind in ("sliding", "chunked"):
+            out.append((g.kind, windows[g.kind] or 10 ** 9, g.blocks_per_request))
+        else:
+            out.append((g.kind, 0, g.blocks_per_request))
+    return tuple(out) or (("full", 0, 0),)
+
+
+def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
+             plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
+             enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
+             watermark: float = 0.0, async_scheduling: bool = True, slo: Sequence["Slo"] = (),
+             per_request: bool = False, max_steps: Optional[int] = None) -> SimResult:
+    """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
+    :class:`KvplanError`) with vLLM's error text when the configuration would not start."""
+    if plan_result is None:
+        from ..memory import plan
+
+        plan_result = plan(request, what_ifs=False)
+    if not plan_result.startup.ok:
+        raise PlanDoesNotStart(plan_result.startup.error or "the configuration does not start")
+    if not timeline_interval_s > 0:
+        raise UsageError("the timeline interval must be positive")
+    prof = profile or default_profile(request, plan_result)
+    f, kv = plan_result.flags, plan_result.kv
+    dp = max(1, plan_result.parallel.data_parallel_size)
+    groups = _groups(plan_result, request)
+    engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
+                    max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
+                    max_model_len=f.max_model_len, profile=prof, groups=groups,
+                    enable_prefix_caching=enable_prefix_caching,
+                    long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
+                    async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
+                    max_steps=max_steps).run()
+    notes = []
+    if dp > 1:
+        notes.append(f"data_parallel_size {dp}: one engine (one replica) is simulated with the whole trace; "
+                     "divide the rate by the replicas for per-replica traffic")
+    if not engine.caching and enable_prefix_caching and not engine.simple:
+        notes.append("hybrid KV layout: prefix caching is not modelled (every prompt is computed in full)")
+    config = {
+        "model": plan_result.model.id, "gpu": f.gpu, "device": f.device,
+        "tensor_parallel_size": plan_result.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": plan_result.parallel.pipeline_parallel_size,
+        "data_parallel_size": dp, "max_model_len": f.max_model_len, "max_num_seqs": f.max_num_seqs,
+        "max_num_batched_tokens": f.max_num_batched_tokens, "block_size": kv.block_size,
+        "num_gpu_blocks": kv.num_gpu_blocks, "gpu_memory_utilization": f.gpu_memory_utilization,
+        "kv_cache_dtype": f.kv_cache_dtype, "dtype": f.dtype, "enable_prefix_caching": enable_prefix_caching,
+        "long_prefill_token_threshold": long_prefill_token_threshold, "watermark": watermark,
+        "async_scheduling": async_scheduling, "kv_groups": [list(g) for g in groups],
+        "serve_command": plan_result.serve_command,
+    }
+    return build_result(engine, trace, config=config, profile=prof, slo=slo, per_request=per_request,
+                        notes=tuple(notes), vllm_semantics=plan_result.vllm_semantics)
+
+
+def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTimeProfile, slo: Sequence = (),
+                 per_request: bool = False, notes: tuple = (), vllm_semantics: str = "") -> SimResult:
+    reqs = engine.reqs
+    done = [r for r in reqs if r.status == DONE]
+    total = len(reqs)
+    unfinished = total - len(done) - engine.rejected
+    ttft = [r.t_first - r.arrival for r in done]
+    e2e = [r.t_end - r.arrival for r in done]
+    tpot = [(r.t_end - r.t_first) / (r.out - 1) for r in done if r.out > 1]
+    queue = [r.t_sched - r.arrival for r in done if r.t_sched is not None]
+    latency = {"ttft": summarize(ttft), "tpot": summarize(tpot),
+               "itl": summarize_weighted(list(engine.itl_w) + [(x, 1) for x in engine.itl_x]),
+               "e2e": summarize(e2e), "queue": summarize(queue)}
+    in_tok = sum(r.P for r in done)
+    out_tok = sum(r.out for r in done)
+    first = min((r.arrival for r in reqs), default=0.0)
+    end = max((r.t_end for r in done), default=None)
+    window = (end - first) if end is not None and end > first else None
+    failed = total - len(done)
+    good = None
+    limits = {}
+    for s in slo:
+        metric = s.key.split("_")[0]
+        if metric in ("ttft", "tpot", "e2e"):
+            limits[metric] = min(s.limit, limits.get(metric, math.inf))
+    if limits:
+        good = 0
+        for r in done:
+            vals = {"ttft": r.t_first - r.arrival, "e2e": r.t_end - r.arrival,
+                    "tpot": (r.t_end - r.t_first) / (r.out - 1) if r.out > 1 else None}
+            if all(vals[m] is None or vals[m] <= lim for m, lim in limits.items()):
+                good += 1
+    requests = {"total": total, "ok": len(done), "completed": len(done), "failed": failed,
+                "rejected": engine.rejected, "unfinished": unfinished,
+                "error_rate": round(failed / total, 6) if total else None,
+                "preempted_requests": sum(1 for r in reqs if r.preempted),
+                "goodput": good, "goodput_ratio": round(good / total, 6) if good is not None and total else None}
+    tokens = {"input_total": in_tok, "output_total": out_tok, "prompt": in_tok, "output": out_tok,
+              "prompt_computed": engine.prompt_computed, "prefix_cache_hit_tokens": engine.cached_tokens,
+              "recomputed": max(0, engine.prompt_computed + engine.cached_tokens - in_tok
+                                - sum(r.P for r in reqs if r.status not in (DONE, REJECTED) and r.t_sched))}
+    throughput = {"window_s": _r(window),
+                  "requests_per_s": _r(len(done) / window) if window else None,
+                  "output_tokens_per_s": _r(out_tok / window) if window else None,
+                  "input_tokens_per_s": _r(in_tok / window) if window else None,
+                  "total_tokens_per_s": _r((in_tok + out_tok) / window) if window else None,
+                  "goodput_requests_per_s": _r(good / window) if window and good is not None else None}
+    sat = saturation(engine, trace)
+    checks = []
+    res_lat = latency
+    for s in slo:
+        if s.key == "error_rate":
+            value = requests["error_rate"]
+        elif s.key == "goodput_ratio":
+            value = requests["goodput_ratio"]
+        else:
+            metric, stat = s.key.split("_", 1)
+            value = res_lat.get(metric, {}).get(stat)
+        passed = value is not None and (value >= s.limit if s.lower_bound else value <= s.limit)
+        checks.append({"name": s.key, "passed": passed, "value": value, "limit": s.limit})
+    per = None
+    if per_request:
+        per = tuple({"i": r.i, "arrival": _r(r.arrival), "status": _STATUS[r.status], "prompt_tokens": r.P,
+                     "output_tokens": r.out, "scheduled": _r(r.t_sched), "first_token": _r(r.t_first),
+                     "end": _r(r.t_end), "preemptions": r.preempted, "prefix_hit_tokens": r.hit_tokens}
+                    for r in reqs)
+    import random as _random
+
+    def cap(xs):
+        return [round(x, 6) for x in (xs if len(xs) <= SAMPLE_CAP else _random.Random(0).sample(xs, SAMPLE_CAP))]
+
+    return SimResult(
+        meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS},
+        config=config, requests=requests, tokens=tokens, latency_s=latency, throughput=throughput,
+        preemptions=engine.preemptions, rejected=engine.rejected,
+        rejected_reasons=dict(engine.rejected_reasons),
+        kv_cache={"num_gpu_blocks": engine.pool.num_blocks, "usable_blocks": engine.pool.usable,
+                  "block_size": engine.bs, "peak_usage": _r(engine.kv_peak),
+                  "prefix_caching": engine.caching},
+        engine={"steps": engine.steps, "busy_s": _r(engine.busy_s), "simulated_s": _r(engine.t),
+                "max_waiting": engine.max_waiting, "mean_step_s": _r(engine.busy_s / engine.steps)
+                if engine.steps else None},
+        timeline=tuple(engine.timeline), first_token_order=tuple(engine.first_order), saturation=sat,
+        profile=profile.to_dict(), trace=trace.to_dict(), checks=tuple(checks), per_request=per,
+        samples={"ttft": cap(ttft), "e2e": cap(e2e), "tpot": cap(tpot)}, notes=notes)
+
+
+_STATUS = {0: "waiting", 1: "prefill", 2: "decode", 3: "completed", 4: "rejected"}
+
+
+def _r(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 6)
+
+
+def saturation(engine: Engine, trace: Trace) -> dict:
+    """Is the queue growing without bound? Offered rate vs completion rate over the arrival
+    window, the slope of the waiting queue, and (when saturated) the rate the engine sustained."""
+    reqs = engine.reqs
+    arrivals = [r.arrival for r in reqs]
+    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+        return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
+                "max_sustainable_rate_estimate": None, "reason": "too few arrivals to judge"}
+    a0, a1 = arrivals[0], arrivals[-1]
+    offered = (len(arrivals) - 1) / (a1 - a0)
+    # judge on the second half of the arrival window (after warm-up)
+    mid = a0 + (a1 - a0) / 2
+    done_in = sum(1 for r in reqs if r.status == DONE and mid <= r.t_end <= a1)
+    completion = done_in / (a1 - mid) if a1 > mid else None
+    pts = [(row["t"], row["waiting"]) for row in engine.timeline if mid <= row["t"] <= a1]
+    slope = None
+    if len(pts) >= 2:
+        mt = sum(t for t, _ in pts) / len(pts)
+        mw = sum(w for _, w in pts) / len(pts)
+        den = sum((t - mt) ** 2 for t, _ in pts)
+        slope = sum((t - mt) * (w - mw) for t, w in pts) / den if den > 0 else 0.0
+    end_wait = max((row["waiting"] for row in engine.timeline if row["t"] <= a1 + 1e-9), default=0)
+    saturated = bool(slope is not None and slope > max(0.02 * offered, 0.05) and end_wait > engine.mns * 0 + 1)
+    if completion is not None and offered > 0 and completion < 0.9 * offered and end_wait > 1:
+        saturated = True
+    return {"saturated": saturated, "offered_rate": _r(offered), "completion_rate": _r(completion),
+            "queue_slope_per_s": _r(slope), "max_waiting": engine.max_waiting,
+            "max_sustainable_rate_estimate": _r(completion) if saturated else None,
+            "reason": ("the waiting queue grows during the second half of the arrivals: completions "
+                       f"{completion:.2f}/s < offered {offered:.2f}/s") if saturated and completion is not None
+            else "the queue stays bounded"}
+
+
+def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: Optional[float] = None,
+                    slo: Sequence["Slo"] = (), profile: Optional[StepTimeProfile] = None,
+                    plan_result: Optional["PlanResult"] = None, rel_tol: float = 0.02, max_iter: int = 20,
+                    **sim_kwargs: Any) -> dict:
+    """The highest rate (req/s) at which the run is not saturated and meets ``slo``, by bisection.
+    ``make_trace(rate) -> Trace`` builds the traffic at a rate (same seed each time)."""
+    if plan_result is None:
+        from ..memory import plan
+
+        plan_result = plan(request, what_ifs=False)
+    prof = profile or default_profile(request, plan_result)
+    probes: list[dict] = []
+
+    def ok(rate: float) -> bool:
+        res = simulate(request, make_trace(rate), profile=prof, plan_result=plan_result, slo=slo, **sim_kwargs)
+        good = (not res.saturation.get("saturated")) and res.passed and res.requests["failed"] == 0
+        probes.append({"rate": _r(rate), "ok": good, "saturated": res.saturation.get("saturated"),
+                       "ttft_p99": res.latency_s["ttft"]["p99"], "tpot_p99": res.latency_s["tpot"]["p99"],
+                       "e2e_p99": res.latency_s["e2e"]["p99"],
+                       "throughput_rps": res.throughput["requests_per_s"]})
+        return good
+
+    if not ok(lo):
+        return {"max_rate": None, "probes": probes, "reason": f"not sustainable even at {lo:g} req/s"}
+    if hi is None:
+        hi = lo * 2
+        while ok(hi):
+            lo, hi = hi, hi * 2
+            if hi > 1e6:
+                return {"max_rate": lo, "probes": probes, "reason": "no saturation found below 1e6 req/s"}
+    elif ok(hi):
+        return {"max_rate": hi, "probes": probes, "reason": "sustainable at the upper bound"}
+    for _ in range(max_iter):
+        if (hi - lo) / hi <= rel_tol:
+            break
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return {"max_rate": _r(lo), "first_failing_rate": _r(hi), "probes": probes,
+            "reason": "bisection on rate: not saturated" + (" and within the SLO" if slo else "")}
+
+
+def capacity_boundary(request: "PlanRequest", make_trace, *, slo: Sequence["Slo"] = (),
+                      profile: Optional[StepTimeProfile] = None, **kwargs: Any) -> list[dict]:
+    """The plan's capacity ladder extended with the max sustainable QPS at the SLO, one row per
+    ``max_model_len`` that starts (each row re-planned at that length)."""
+    import dataclasses
+
+    from ..memory import plan
+
+    base = plan(request, what_ifs=False)
+    rows = []
+    for row in base.capacity_table:
+        entry = {"max_model_len": row.max_model_len, "max_concurrency": row.max_concurrency,
+                 "kv_cache_tokens": row.kv_cache_tokens, "fits": row.fits, "max_sustainable_qps": None}
+        if row.fits:
+            req = dataclasses.replace(request, max_model_len=row.max_model_len)
+            pr = plan(req, what_ifs=False)
+            if pr.startup.ok:
+                sat = find_saturation(req, make_trace, slo=slo, profile=profile, plan_result=pr, **kwargs)
+                entry["max_sustainable_qps"] = sat["max_rate"]
+                entry["max_num_batched_tokens"] = pr.flags.max_num_batched_tokens
+        rows.append(entry)
+    return rows

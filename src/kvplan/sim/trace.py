@@ -1,0 +1,103 @@
+"""Traffic for the simulator: a :class:`Trace` of :class:`SimRequest` (arrival offset, prompt and
+output lengths, an optional shared prefix), built from parameters (:func:`synthetic_trace`) or from
+a request log (:func:`trace_from_log`, in :mod:`kvplan.sim.logtrace`).
+
+Arrivals come from :mod:`kvplan.workload.arrivals` and lengths from
+:class:`kvplan.workload.lengthdist.LengthDist`, the same code ``kvplan bench`` sends traffic with,
+so a simulated and a measured run see the same schedule for the same seed.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import UsageError
+from ..workload.arrivals import rate_schedule
+from ..workload.lengthdist import LengthDist
+
+ARRIVALS = ("constant", "poisson", "gamma")
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    arrival_s: float  # offset from the trace start
+    prompt_tokens: int
+    output_tokens: int  # tokens the request generates (max_tokens with ignore_eos, or the log's count)
+    prefix_id: Optional[str] = None  # requests with the same prefix_id share their first prefix_tokens
+    prefix_tokens: int = 0
+    request_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    requests: tuple[SimRequest, ...]  # sorted by arrival_s
+    source: str
+    skipped: tuple[tuple[str, int], ...] = ()  # records of a log that could not become requests
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "requests": len(self.requests), "skipped": dict(self.skipped)}
+
+
+def parse_arrival(text: str) -> tuple[str, float]:
+    """``constant`` | ``poisson`` | ``gamma:K`` (K = shape; < 1 burstier than Poisson)."""
+    raw = (text or "").strip().lower()
+    kind, _, k = raw.partition(":")
+    if kind in ("constant", "poisson") and not k:
+        return kind, 1.0
+    if kind == "gamma":
+        try:
+            shape = float(k) if k else 1.0
+        except ValueError:
+            shape = -1.0
+        if shape > 0 and math.isfinite(shape):
+            return "gamma", shape
+        raise UsageError(f"--arrival gamma:K needs a positive shape K, got {text!r}")
+    raise UsageError(f"--arrival must be constant, poisson or gamma:K, got {text!r}")
+
+
+def synthetic_trace(rate: float, *, num_requests: Optional[int] = None, duration_s: Optional[float] = None,
+                    input_len: LengthDist, output_len: LengthDist, arrival: str = "poisson",
+                    burstiness: float = 1.0, seed: int = 0) -> Trace:
+    """``num_requests`` (and/or until ``duration_s``) arrivals at ``rate`` req/s. ``arrival`` may
+    carry the gamma shape (``gamma:0.5``), else ``burstiness`` is the shape. Deterministic in seed."""
+    if not (rate > 0 and math.isfinite(rate)):
+        raise UsageError(f"--rate must be a positive number, got {rate}")
+    if num_requests is None and duration_s is None:
+        raise UsageError("give --num-requests and/or --duration: a trace must be bounded")
+    if num_requests is not None and num_requests < 1:
+        raise UsageError("--num-requests must be at least 1")
+    if duration_s is not None and not duration_s > 0:
+        raise UsageError("--duration must be positive")
+    kind, shape = parse_arrival(arrival)
+    if kind == "gamma" and ":" not in arrival:
+        shape = burstiness
+    for what, dist in (("--input-len", input_len), ("--output-len", output_len)):
+        if dist.kind not in ("fixed", "uniform", "normal"):
+            raise UsageError(f"{what} {dist.kind!r} needs a request log (--requests)")
+    times = list(rate_schedule(rate, kind, shape, 0.0, seed, end_s=duration_s, max_count=num_requests))
+    reqs = []
+    for i, t in enumerate(times):
+        # request i draws its lengths exactly as kvplan bench's RequestSource.get(i) does (output
+        # first, then prompt, from Random((seed << 32) ^ i)): the same seed is the same traffic
+        rng = random.Random((seed << 32) ^ i)
+        out = output_len.sample(rng)
+        reqs.append(SimRequest(t, input_len.sample(rng), out))
+    reqs = tuple(reqs)
+    arr = kind if kind != "gamma" else f"gamma:{shape:g}"
+    src = (f"{arr} {rate:g} req/s, {len(reqs)} requests, prompts {input_len.describe()}, "
+           f"outputs {output_len.describe()}, seed {seed}")
+    return Trace(reqs, src)
+
+
+def trace_from_requests(requests, source: str) -> Trace:
+    """A trace from any iterable of :class:`SimRequest` (sorted by arrival, stable)."""
+    reqs = tuple(sorted(requests, key=lambda r: r.arrival_s))
+    for r in reqs:
+        if r.prompt_tokens < 0 or r.output_tokens < 0 or not math.isfinite(r.arrival_s):
+            raise UsageError(f"invalid simulated request {r}")
+    return Trace(reqs, source)

@@ -1,0 +1,113 @@
+"""``kvplan.sim.simulate`` on real plans: bench-compatible JSON, determinism, plan errors, CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli.main import app
+from kvplan.hardware import find_gpu
+from kvplan.memory import PlanRequest
+from kvplan.models import load_model
+from kvplan.sim import PlanDoesNotStart, SimResult, simulate, synthetic_trace
+from kvplan.workload.lengthdist import parse_length
+
+SEED_FLAGS = ["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+              "--input-len", "uniform:800,1200", "--output-len", "512"]
+
+
+def _req(mml=2048):
+    return PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("A100-80GB"),
+                       tensor_parallel_size=4, max_model_len=mml)
+
+
+def _trace(rate=2.0, n=200, seed=0):
+    return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:800,1200", "x"),
+                           output_len=parse_length("512", "x"), seed=seed)
+
+
+def test_json_keys_mirror_kvplan_bench():
+    from kvplan.bench.result import LATENCY_KEYS
+
+    d = simulate(_req(), _trace()).to_dict()
+    assert d["kind"] == "kvplan.simulate"
+    for k in LATENCY_KEYS:
+        assert {"p50", "p90", "p95", "p99", "max", "mean", "count"} <= set(d["latency_s"][k])
+        assert "p999" in d["latency_s"][k]
+    assert {"total", "ok", "failed", "error_rate", "completed", "rejected"} <= set(d["requests"])
+    assert {"input_total", "output_total", "prompt", "output"} <= set(d["tokens"])
+    assert {"window_s", "requests_per_s", "output_tokens_per_s", "input_tokens_per_s",
+            "total_tokens_per_s"} <= set(d["throughput"])
+    for k in ("preemptions", "rejected", "timeline", "saturation", "first_token_order", "config", "profile"):
+        assert k in d
+    assert d["requests"]["total"] == d["requests"]["completed"] + d["requests"]["rejected"] == 200
+    assert d["tokens"]["output_total"] == 200 * 512
+    json.dumps(d)  # JSON-ready
+
+
+def test_same_seed_same_result_other_seed_other_traffic():
+    a = simulate(_req(), _trace(seed=1)).to_dict()
+    b = simulate(_req(), _trace(seed=1)).to_dict()
+    c = simulate(_req(), _trace(seed=2)).to_dict()
+    assert a == b
+    assert a["latency_s"] != c["latency_s"]
+
+
+def test_synthetic_lengths_match_kvplan_bench_for_the_same_seed():
+    from kvplan.bench.config import BenchConfig
+    from kvplan.bench.prompts import RequestSource
+
+    cfg = BenchConfig(url="http://127.0.0.1:1", rate=1, max_requests=5, seed=7,
+                      input_len=parse_length("uniform:10,20", "x"), output_len=parse_length("normal:50,5", "x"))
+    src = RequestSource(cfg, "m", True)
+    tr = synthetic_trace(1.0, num_requests=5, input_len=cfg.input_len, output_len=cfg.output_len, seed=7)
+    assert [r.output_tokens for r in tr.requests] == [src.get(i).max_tokens for i in range(5)]
+    assert [r.prompt_tokens for r in tr.requests] == [src.get(i).input_len_hint for i in range(5)]
+
+
+def test_a_plan_that_does_not_start_raises_with_vllms_text():
+    with pytest.raises(PlanDoesNotStart) as exc:
+        simulate(_req(8192), _trace(n=5))
+    assert "max_model_len" in str(exc.value) or "8192" in str(exc.value)
+
+
+def test_saturation_is_flagged_far_above_capacity():
+    res: SimResult = simulate(_req(), _trace(rate=50, n=600))
+    assert res.saturation["saturated"] is True
+    assert res.saturation["max_sustainable_rate_estimate"] < 50
+    low = simulate(_req(), _trace(rate=0.5, n=60))
+    assert low.saturation["saturated"] is False
+
+
+runner = CliRunner()
+
+
+def test_cli_json_and_exit_codes(tmp_path):
+    out = tmp_path / "sim.json"
+    r = runner.invoke(app, ["simulate", *SEED_FLAGS, "--rate", "2", "--num-requests", "50",
+                            "--max-model-len", "2048", "--format", "json", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert d["requests"]["total"] == 50 and json.loads(r.stdout)["requests"] == d["requests"]
+
+
+def test_cli_usage_errors_exit_2_with_one_line():
+    r = runner.invoke(app, ["simulate", *SEED_FLAGS, "--rate", "2", "--input-len", "uniform:9,1"])
+    assert r.exit_code == 2
+    assert "--input-len" in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, ["simulate", *SEED_FLAGS])
+    assert r.exit_code == 2 and "--rate" in r.output
+
+
+def test_cli_plan_that_does_not_start_exits_1():
+    r = runner.invoke(app, ["simulate", *SEED_FLAGS, "--rate", "2", "--num-requests", "5", "--max-model-len", "8192"])
+    assert r.exit_code == 1
+    assert "does not start" in r.output
+
+
+def test_cli_slo_missed_exits_1_and_markdown_renders():
+    r = runner.invoke(app, ["simulate", *SEED_FLAGS, "--rate", "20", "--num-requests", "100",
+                            "--max-model-len", "2048", "--slo", "ttft_p99=1s", "--format", "markdown"])
+    assert r.exit_code == 1, r.output
+    assert "| ttft_p99 |" in r.output and "MISSED" in r.output

@@ -1,0 +1,132 @@
+"""The V1 scheduler model on hand-computed scenarios (vllm/v1/core/sched/scheduler.py, 0.32)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvplan.sim.engine import DONE, REJECTED, Engine
+from kvplan.sim.steptime import StepTimeProfile
+from kvplan.sim.trace import SimRequest
+
+#: every step takes 10 ms whatever it computes: step counts become times
+FLAT = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0,
+                       per_token_s=0.0, per_attn_pair_s=0.0)
+
+
+def run(reqs, **kw):
+    args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=256, max_num_batched_tokens=2048,
+                max_model_len=4096, profile=FLAT, async_scheduling=False)
+    args.update(kw)
+    e = Engine(requests=reqs, **args).run()
+    assert e.pool.check() is None
+    return e
+
+
+@pytest.mark.parametrize("async_sched", [False, True])
+def test_small_kv_burst_preempts_exactly_once(async_sched):
+    # tests/vllm_real/test_vllm_preemption.py: the real server makes exactly one preemption here
+    reqs = [SimRequest(0.0, 1000, 500) for _ in range(4)]
+    e = run(reqs, num_gpu_blocks=160, block_size=32, max_model_len=2048, async_scheduling=async_sched)
+    assert e.preemptions == 1
+    assert all(r.status == DONE and r.out == 500 for r in e.reqs)
+    victim = [r for r in e.reqs if r.preempted]
+    assert [r.i for r in victim] == [3]  # the LAST of the running queue
+    # preempted when the 4th request needs its 40th block: 3 x 40 + 40 > 159 usable, at 1,248
+    # computed tokens (249 outputs). Its 39 full blocks go back tail first; the other three take
+    # 21 of them (3 x (47 - 40)) before it resumes, so it hits its first 18 blocks (576 tokens)
+    v = victim[0]
+    assert e.cached_tokens == v.hit_tokens == 18 * 32
+    assert e.prompt_computed == 4 * 1000 + (1000 + 249) - 576
+    assert e.pool.free == 159  # everything back, null block excluded
+
+
+def test_chunked_prefill_splits_a_long_prompt_across_steps():
+    e = run([SimRequest(0.0, 5000, 4)], max_model_len=8192)
+    r = e.reqs[0]
+    # 2048 + 2048 + 904 prompt tokens: the first token comes at the end of the third step
+    assert r.t_first == pytest.approx(0.03)
+    assert r.t_end == pytest.approx(0.03 + 3 * 0.01)
+    assert e.prompt_computed == 5000 and e.steps == 6
+
+
+def test_decodes_go_first_then_waiting_prefills_share_the_rest():
+    # two 1500-token prompts: the second gets 548 tokens in step 1, then finishes in step 2
+    e = run([SimRequest(0.0, 1500, 3), SimRequest(0.0, 1500, 3)])
+    a, b = e.reqs
+    assert a.t_first == pytest.approx(0.01)
+    assert b.t_first == pytest.approx(0.02)
+    assert e.first_order == [0, 1]
+
+
+def test_long_prefill_token_threshold_caps_chunks_when_others_wait():
+    e = run([SimRequest(0.0, 1000, 2), SimRequest(0.0, 1000, 2)], long_prefill_token_threshold=256)
+    # both prompts advance 256 tokens per step: 4 steps each to finish (256 * 4 >= 1000)
+    assert [r.t_first for r in e.reqs] == [pytest.approx(0.04), pytest.approx(0.04)]
+
+
+def test_max_num_seqs_caps_the_running_batch():
+    e = run([SimRequest(0.0, 10, 5) for _ in range(10)], max_num_seqs=4, timeline_interval_s=0.005)
+    assert max(row["running"] for row in e.timeline) <= 4
+    assert e.first_order == list(range(10))  # FCFS
+    # batches of 4, 4, 2: each batch takes 5 steps (1 prefill + 4 decodes)
+    assert sorted({round(r.t_end, 6) for r in e.reqs}) == [0.05, 0.1, 0.15]
+
+
+def test_too_long_prompts_are_rejected_and_outputs_clamped():
+    e = run([SimRequest(0.0, 4096, 10), SimRequest(0.0, 5000, 10), SimRequest(0.0, 4000, 500)])
+    assert [r.status for r in e.reqs] == [REJECTED, REJECTED, DONE]
+    assert e.rejected == 2 and e.rejected_reasons == {"prompt_too_long": 2}
+    assert e.reqs[2].out == 96  # get_max_tokens: max_model_len - prompt
+
+
+def test_shared_prefix_hits_full_blocks_only():
+    reqs = [SimRequest(0.0, 600, 2, "sys", 500), SimRequest(1.0, 600, 2, "sys", 500)]
+    e = run(reqs)
+    # 500 shared tokens = 31 full blocks of 16 (496 tokens); the partial block is recomputed
+    assert e.reqs[1].hit_tokens == 496
+    assert e.prompt_computed == 600 + 600 - 496
+
+
+def test_prefix_hit_never_covers_the_last_prompt_token():
+    reqs = [SimRequest(0.0, 512, 2, "c", 0), SimRequest(1.0, 512, 2, "c", 512)]
+    e = run(reqs)
+    assert e.reqs[1].hit_tokens == 496  # (512 - 1) // 16 blocks
+
+
+def test_evicted_prefix_is_recomputed():
+    # a pool of 40 usable blocks: the filler request evicts the cached prefix blocks
+    reqs = [SimRequest(0.0, 320, 1, "p", 320), SimRequest(1.0, 600, 1), SimRequest(2.0, 330, 1, "p", 320)]
+    e = run(reqs, num_gpu_blocks=41)
+    assert e.reqs[2].hit_tokens < 320
+
+
+def test_sliding_window_groups_free_blocks_outside_the_window():
+    full_only = run([SimRequest(0.0, 100, 2000)], groups=(("full", 0, 0), ("full", 0, 0)))
+    hybrid = run([SimRequest(0.0, 100, 2000)], groups=(("full", 0, 0), ("sliding", 128, 10)))
+    assert hybrid.kv_peak < full_only.kv_peak
+    # full group: ceil(2099 / 16) = 132 blocks; sliding: the window's 128 tokens span at most 9 blocks
+    assert hybrid.kv_peak * 999 <= 132 + 10
+
+
+def test_waiting_requests_need_the_whole_prompt_to_fit():
+    # scheduler_reserve_full_isl: a 1,000-token prompt waits until 63 blocks are free
+    reqs = [SimRequest(0.0, 900, 200), SimRequest(0.0, 1000, 1)]
+    e = run(reqs, num_gpu_blocks=100)
+    a, b = e.reqs
+    assert b.t_sched >= a.t_end - 1e-9 or b.t_sched > 0
+    assert e.preemptions == 0
+
+
+def test_requests_are_never_lost():
+    reqs = [SimRequest(i * 0.001, 200 + (i * 37) % 700, 1 + (i * 13) % 300) for i in range(300)]
+    e = run(reqs, num_gpu_blocks=200, max_num_seqs=32, async_scheduling=True)
+    done = sum(1 for r in e.reqs if r.status == DONE)
+    assert done + e.rejected == len(reqs)
+    assert e.preemptions > 0
+    for r in e.reqs:
+        if r.status == DONE:
+            assert r.arrival <= r.t_sched <= r.t_first <= r.t_end
+            assert r.out == r.O
+    assert all(0.0 <= row["kv_usage"] <= 1.0 for row in e.timeline)
+    assert math.isclose(sum(c for _, c in e.itl_w) + len(e.itl_x), sum(r.out - 1 for r in e.reqs))
