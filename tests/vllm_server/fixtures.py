@@ -46,6 +46,7 @@ __all__ = [
     "PRELAUNCH",
     "SHARED",
     "SMALL_KV",
+    "SIM_FIDELITY",
     "KV_TOO_SMALL",
     "GEMMA3_HYBRID",
 ]
@@ -87,6 +88,13 @@ SMALL_KV = ServerConfig(
     models.build_tiny_llama,
     ("--max-model-len", "2048", "--block-size", "32", "--num-gpu-blocks-override", "160"),
 )
+#: The same small KV cache as SMALL_KV for the simulator's scheduler-fidelity bursts
+#: (tests/vllm_real/test_vllm_sim_fidelity.py); its own server, because test_vllm_preemption stops SMALL_KV.
+SIM_FIDELITY = ServerConfig(
+    "tiny-llama-sim-fidelity",
+    models.build_tiny_llama,
+    ("--max-model-len", "2048", "--block-size", "32", "--num-gpu-blocks-override", "160"),
+)
 #: KV cache of 4 blocks x 128 tokens x 2,048 B/token = 1 MiB: too small for --max-model-len 2048.
 KV_TOO_SMALL = ServerConfig(
     "tiny-llama-kv-too-small",
@@ -108,6 +116,7 @@ PRELAUNCH: dict[str, ServerConfig] = {
     "small_kv_server": SMALL_KV,
     "kv_too_small_exit": KV_TOO_SMALL,
     "gemma3_server": GEMMA3_HYBRID,
+    "fidelity_server": SIM_FIDELITY,  # fixture of tests/vllm_real/test_vllm_sim_fidelity.py
 }
 
 

@@ -21,7 +21,8 @@ pure Python: six unknowns need no numpy). The fitted step is the plain sum of it
 
 Step shapes follow the simulator's accounting (:mod:`kvplan.sim.steptime`): a decode of a request
 with ``L`` tokens of context reads ``L`` KV entries; a prefill of ``p`` new tokens after ``s``
-cached ones computes ``p·s + p²/2`` attention pairs and reads ``s`` cached entries.
+cached ones computes ``p·s + p²/2`` attention pairs and reads ``s + p`` KV entries
+(:meth:`kvplan.sim.engine.Engine._schedule` counts them so).
 
 Limits, stated in the fit: chunks are mapped to tokens proportionally when the server coalesced
 tokens into one chunk; requests preempted during the run make their window's equation wrong (the
@@ -242,6 +243,7 @@ def _window_features(reqs: Sequence[_Req], starts: Sequence[float], a: float, b:
         if lo_i == 0:  # the prefill step (first token) is in the window
             seqs += 1
             tokens += q.prompt
+            kv += q.prompt
             pairs += q.prompt * q.prompt / 2.0
             lo_i = 1
         if hi_i > lo_i:
@@ -295,7 +297,7 @@ def build_equations(reqs: Sequence[_Req], window_chunks: int = 0) -> tuple[list[
     for q in reqs:
         if any(o is not q and o.sent <= q.first and o.last >= q.sent for o in reqs[:bisect.bisect_right(starts, q.first)]):
             continue
-        rows.append([1.0, 1.0, float(q.prompt), 0.0, q.prompt * q.prompt / 2.0, 1.0])
+        rows.append([1.0, 1.0, float(q.prompt), float(q.prompt), q.prompt * q.prompt / 2.0, 1.0])
         ys.append(q.first - q.sent)
         kinds.append("ttft")
     return rows, ys, kinds
@@ -443,13 +445,14 @@ def prefill_step_features(reqs: Sequence[_Req], coincide_s: float = 0.002) -> Op
         return None
     acc = [0.0] * len(COEFFICIENTS)
     for q in reqs:
-        seqs, tokens, kv, pairs = 1.0, float(q.prompt), 0.0, q.prompt * q.prompt / 2.0
+        seqs, tokens, kv, pairs = 1.0, float(q.prompt), float(q.prompt), q.prompt * q.prompt / 2.0
         for o in reqs:
             if o is q:
                 continue
             if abs(o.first - q.first) <= coincide_s:
                 seqs += 1
                 tokens += o.prompt
+                kv += o.prompt
                 pairs += o.prompt * o.prompt / 2.0
             elif o.first < q.first <= o.last:
                 k = 1 + bisect.bisect_left(o.emissions, q.first) * o.tokens_per_chunk

@@ -1,0 +1,245 @@
+"""Scheduler fidelity: the same bounded bursts against the real vLLM CPU server (a deliberately small
+KV cache: 160 blocks of 32 tokens, 2,048-token budget per step) and through ``kvplan.sim.simulate``
+with the plan of the same flags. Compared: the preemption count (``vllm:num_preemptions_total``
+delta), the rejections (a prompt longer than max_model_len: HTTP 400 / SimResult.rejected), and the
+order in which requests received their first token.
+
+The bursts are built so that the scheduler's rules, not the clock, decide the answers:
+
+* ``waves``: three "blocker" requests (1,500-token prompts, identical, so their arrival order does
+  not matter) fill 141 of the 159 usable blocks and grow to 153; six more requests, sent one by one
+  40 ms apart while the blockers run, all need more blocks than are free (≥ 20 > 18), so they
+  queue in send order however long a step takes; when the blockers finish, they are admitted as the
+  freed blocks and the 2,048-token budget allow (chunked prefill of the 1,200-token head, waves of
+  two or three), and as they grow past the cache some are preempted and recomputed. One more
+  request with a 2,100-token prompt is rejected.
+* ``identical``: N identical requests at once (their order cannot matter): the preemption count
+  follows from the block arithmetic alone.
+
+Each burst takes 10-40 s on the 2-core machine. The simulated first-token *times* are not compared
+(that is the latency benchmark's job, benchmarks/sim_fidelity.py); the order and counts are.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import threading
+import time
+from typing import Optional
+
+import pytest
+
+from tests.vllm_server.client import model_name, random_prompt_ids, scrape_metrics, stream_completion, stream_sse
+from tests.vllm_server.fixtures import SIM_FIDELITY
+
+pytestmark = pytest.mark.vllm
+
+BLOCK_SIZE, NUM_BLOCKS, MAX_MODEL_LEN = 32, 160, 2048
+#: First tokens this close came out of one engine step (a step that admits a wave prefills
+#: 700-2,000 tokens: 50-150 ms here; the client's threads see one step's chunks within a few ms).
+WAVE_GAP_S = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class Req:
+    name: str
+    at_s: float  # send offset from the burst's start
+    prompt: int
+    output: int
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    ok: bool
+    status_400: bool
+    first_token_s: Optional[float]  # from the burst's start
+    completion_tokens: Optional[int]
+    error: Optional[str]
+
+
+WAVES = (
+    tuple(Req(f"B{i}", 0.0, 1500, 120) for i in range(3))
+    + tuple(Req(f"W{i}", 0.3 + 0.04 * i, p, o) for i, (p, o) in enumerate(
+        [(1200, 300), (700, 300), (1000, 200), (640, 400), (900, 300), (800, 250)]))
+    + (Req("R", 0.3 + 0.04 * 6, 2100, 16),)
+)
+IDENTICAL = tuple(Req(f"I{i}", 0.0, 1000, 500) for i in range(4))
+
+
+def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: float = 150.0) -> tuple[list[Outcome], float]:
+    """Send each request at its offset (one thread each), stream it, and return the outcomes plus the
+    server's preemption delta. Bounded: len(reqs) <= 16 requests, ``timeout`` per stream."""
+    assert len(reqs) <= 16
+    model = model_name(base_url)
+    before = scrape_metrics(base_url).get("vllm:num_preemptions_total")
+    t0 = time.monotonic() + 0.2
+    out: dict[str, Outcome] = {}
+    lock = threading.Lock()
+
+    def one(i: int, r: Req) -> None:
+        delay = t0 + r.at_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        start = time.monotonic()
+        res = stream_completion(base_url, model, random_prompt_ids(r.prompt, seed + i), r.output, index=i,
+                                timeout=timeout)
+        first = None if res.first_token_s is None else start + res.first_token_s - t0
+        with lock:
+            out[r.name] = Outcome(r.name, res.ok, bool(res.error and "-> 400" in res.error), first,
+                                  res.completion_tokens, res.error)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(reqs)) as pool:
+        futs = [pool.submit(one, i, r) for i, r in enumerate(reqs)]
+        concurrent.futures.wait(futs, timeout=timeout + 30)
+        for f in futs:
+            f.result(timeout=0)
+    after = scrape_metrics(base_url).get("vllm:num_preemptions_total")
+    return [out[r.name] for r in reqs], after - before
+
+
+def real_first_token_order(outcomes: list[Outcome]) -> list[str]:
+    return [o.name for o in sorted((o for o in outcomes if o.first_token_s is not None),
+                                   key=lambda o: o.first_token_s)]
+
+
+# --------------------------------------------------------------------------- the simulator's side
+def plan_request(model_dir):
+    """The PlanRequest of the served flags, as `kvplan plan --device cpu` builds it (see test_vllm_plan)."""
+    from kvplan.hardware import custom_gpu, parse_size
+    from kvplan.memory import PlanRequest
+    from kvplan.models import load_model
+
+    return PlanRequest(model=load_model(str(model_dir)), gpu=custom_gpu(parse_size("16GiB"), "CPU"), device="cpu",
+                       dtype="float32", vllm_version="0.32", max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
+                       num_gpu_blocks_override=NUM_BLOCKS, kv_cache_memory_bytes=parse_size("1GiB"))
+
+
+def cpu_profile():
+    """The step-time profile calibrated on the real CPU server's bench runs (tests/fixtures/bench_runs):
+    step times only decide *when* things happen; the rules under test decide order and counts."""
+    from pathlib import Path
+
+    from kvplan.sim.calibrate import calibrate
+
+    runs = Path(__file__).resolve().parents[1] / "fixtures" / "bench_runs"
+    return calibrate(sorted(runs.glob("*.json")), device="CPU").profile
+
+
+def simulate_burst(request, reqs: tuple[Req, ...], profile):
+    from kvplan.sim import SimRequest, Trace, simulate
+
+    trace = Trace(tuple(SimRequest(arrival_s=r.at_s, prompt_tokens=r.prompt, output_tokens=r.output, request_id=r.name)
+                        for r in reqs), source="fidelity burst")
+    # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py: async_scheduling = False)
+    return simulate(request, trace, profile=profile, per_request=True, async_scheduling=False)
+
+
+def sim_first_token_order(sim, reqs: tuple[Req, ...]) -> list[str]:
+    return [reqs[i].name for i in sim.to_dict()["first_token_order"]]
+
+
+def waves(named_times: list[tuple[str, float]], gap_s: float) -> list[list[str]]:
+    """Requests whose first tokens came out together (within ``gap_s``: the same engine step), in
+    time order; names sorted inside a wave (their order within one step is not the scheduler's)."""
+    out: list[list[str]] = []
+    last = None
+    for name, t in sorted(named_times, key=lambda x: x[1]):
+        if last is None or t - last > gap_s:
+            out.append([])
+        out[-1].append(name)
+        last = t
+    return [sorted(w) for w in out]
+
+
+def completion_without_min_tokens(base_url: str, prompt: int, max_tokens: int, seed: int) -> dict:
+    """A streamed completion with ignore_eos but no min_tokens, so vLLM may clamp max_tokens
+    (client.stream_completion pins min_tokens = max_tokens, which turns a clamp into a 400)."""
+    body = {"model": model_name(base_url), "prompt": random_prompt_ids(prompt, seed), "max_tokens": max_tokens,
+            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    usage, finish = None, None
+    for ev in stream_sse(base_url, "/v1/completions", body, timeout=120):
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for ch in ev.get("choices") or ():
+            finish = ch.get("finish_reason") or finish
+    return {"usage": usage, "finish_reason": finish}
+
+
+# --------------------------------------------------------------------------- tests
+@pytest.fixture(scope="module")
+def fidelity_server(vllm_servers):
+    return vllm_servers.get(SIM_FIDELITY)
+
+
+@pytest.fixture(scope="module")
+def plan_and_profile(fidelity_server, tiny_llama_model):
+    from kvplan.memory import plan
+
+    req = plan_request(tiny_llama_model.path)
+    res = plan(req, what_ifs=False)
+    assert res.kv.num_gpu_blocks == NUM_BLOCKS and res.kv.block_size == BLOCK_SIZE
+    assert res.flags.max_num_batched_tokens == 2048 and res.flags.max_num_seqs == 128  # vLLM's CPU defaults
+    return req, cpu_profile()
+
+
+def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, capsys):
+    req, profile = plan_and_profile
+    outcomes, real_pre = run_burst(fidelity_server.base_url, WAVES)
+    by = {o.name: o for o in outcomes}
+    assert by["R"].status_400 and not by["R"].ok, by["R"]  # vLLM's API rejects a prompt over max_model_len
+    served = [o for o in outcomes if o.name != "R"]
+    assert all(o.ok for o in served), [o.error for o in served if not o.ok]
+    assert all(o.completion_tokens == r.output for o, r in zip(served, WAVES))
+    sim = simulate_burst(req, WAVES, profile)
+    d = sim.to_dict()
+    per = {WAVES[p["i"]].name: p for p in d["per_request"]}
+    real_waves = waves([(o.name, o.first_token_s) for o in served if o.name.startswith("W")], WAVE_GAP_S)
+    sim_waves = waves([(n, p["first_token"]) for n, p in per.items() if n.startswith("W")], 1e-9)
+    real_order, sim_order = real_first_token_order(outcomes), sim_first_token_order(sim, WAVES)
+    with capsys.disabled():
+        print("\n[sim fidelity] " + json.dumps({
+            "burst": "waves", "real": {"waves": real_waves, "order": real_order, "preemptions": real_pre, "rejected": 1},
+            "sim": {"waves": sim_waves, "order": sim_order, "preemptions": d["preemptions"],
+                    "rejected": d["rejected"]}}))
+    assert d["rejected"] == 1 and per["R"]["status"] == "rejected"
+    # the blockers first (identical: any order among them), then the queue in send order, in the same waves
+    assert sorted(real_order[:3]) == sorted(sim_order[:3]) == ["B0", "B1", "B2"]
+    assert [n for w in sim_waves for n in w] == [f"W{i}" for i in range(6)]  # FCFS: nobody overtakes
+    assert real_waves == sim_waves
+    assert len(sim_waves) >= 3  # non-trivial: the freed blocks and the budget admit the queue in waves
+    assert real_pre >= 1  # the burst overflows the cache
+    assert d["preemptions"] == real_pre
+
+
+def test_rejection_and_clamping_match(fidelity_server, plan_and_profile):
+    """A prompt of max_model_len tokens or more is refused (HTTP 400); a prompt that fits with a
+    max_tokens that does not is clamped to max_model_len - prompt (vLLM's get_max_tokens)."""
+    req, profile = plan_and_profile
+    url = fidelity_server.base_url
+    model = model_name(url)
+    for i, prompt in enumerate((2100, MAX_MODEL_LEN)):
+        res = stream_completion(url, model, random_prompt_ids(prompt, 500 + i), 16, timeout=60)
+        assert not res.ok and "-> 400" in (res.error or ""), (prompt, res)
+    clamped = completion_without_min_tokens(url, 2000, 100, seed=502)
+    assert clamped["usage"]["completion_tokens"] == MAX_MODEL_LEN - 2000 and clamped["finish_reason"] == "length"
+    limits = (Req("over", 0.0, 2100, 16), Req("equal", 0.0, MAX_MODEL_LEN, 16), Req("clamped", 0.0, 2000, 100))
+    d = simulate_burst(req, limits, profile).to_dict()
+    per = {limits[p["i"]].name: p for p in d["per_request"]}
+    assert d["rejected"] == 2 and per["over"]["status"] == per["equal"]["status"] == "rejected"
+    assert per["clamped"]["status"] == "completed" and per["clamped"]["output_tokens"] == MAX_MODEL_LEN - 2000
+
+
+def test_identical_burst_preemptions_match(fidelity_server, plan_and_profile, capsys):
+    req, profile = plan_and_profile
+    outcomes, real_pre = run_burst(fidelity_server.base_url, IDENTICAL, seed=9000)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    sim = simulate_burst(req, IDENTICAL, profile)
+    d = sim.to_dict()
+    with capsys.disabled():
+        print("\n[sim fidelity] " + json.dumps({"burst": "identical", "real": {"preemptions": real_pre},
+                                                 "sim": {"preemptions": d["preemptions"], "rejected": d["rejected"]}}))
+    assert d["rejected"] == 0
+    assert real_pre >= 1
+    assert d["preemptions"] == real_pre
