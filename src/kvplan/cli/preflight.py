@@ -177,45 +177,22 @@ def _options(v: dict):
 
 
 def _plan_request(v: dict):
-    # TODO(preflight): use the shared plan-flags helper of `kvplan simulate` once it lands.
-    from ..hardware import custom_gpu, find_gpu, parse_size
-    from ..memory import PlanRequest
-    from ..models import load_model
-    from .main import human_int
+    """The plan request, built as `kvplan plan` / `kvplan simulate` build it (one shared helper)."""
+    from .simulate import plan_request_from_flags
 
-    if not v.get("model"):
-        raise UsageError("--model is required (flag or `model:` in --config)")
-    device = v.get("device") or "cuda"
-    if v.get("gpu_memory"):
-        g = custom_gpu(parse_size(v["gpu_memory"], "--gpu-memory"), name=v.get("gpu") or f"{v['gpu_memory']} GPU")
-    elif v.get("gpu"):
-        g = find_gpu(v["gpu"])
-    elif device == "cpu":
-        g = custom_gpu(parse_size("16GiB"), "CPU")
-    else:
-        raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
-    kv_bytes = None
-    if v.get("kv_cache_memory_bytes"):
-        kv_bytes = human_int(str(v["kv_cache_memory_bytes"]), "--kv-cache-memory-bytes")
-    elif v.get("kv_cache_memory"):
-        kv_bytes = parse_size(str(v["kv_cache_memory"]), "--kv-cache-memory")
-    mml = v.get("max_model_len")
-    mnbt = v.get("max_num_batched_tokens")
-    return PlanRequest(
-        model=load_model(v["model"]), gpu=g, device=device,
-        tensor_parallel_size=v.get("tensor_parallel_size") or 1, pipeline_parallel_size=v.get("pipeline_parallel_size") or 1,
-        data_parallel_size=v.get("data_parallel_size") or 1, dtype=v.get("dtype") or "auto",
-        quantization=v.get("quantization"), kv_cache_dtype=v.get("kv_cache_dtype") or "auto",
-        gpu_memory_utilization=v.get("gpu_memory_utilization"),
-        max_model_len=human_int(str(mml), "--max-model-len", allow_auto=True) if mml else None,
-        max_num_seqs=v.get("max_num_seqs"),
-        max_num_batched_tokens=human_int(str(mnbt), "--max-num-batched-tokens") if mnbt else None,
-        block_size=v.get("block_size"), enforce_eager=bool(v.get("enforce_eager")), vllm_version=v.get("vllm_version"),
-        engine=v.get("engine"), kv_cache_memory_bytes=kv_bytes, num_gpu_blocks_override=v.get("num_gpu_blocks_override"),
-        gpus_per_node=v.get("gpus_per_node") or 8,
-        disable_hybrid_kv_cache_manager=bool(v.get("disable_hybrid_kv_cache_manager")),
-        kv_memory_source="kv_cache_memory",
-    )
+    keys = ("gpu", "gpu_memory", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "dtype",
+            "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+            "max_num_batched_tokens", "block_size", "enforce_eager", "vllm_version", "kv_cache_memory",
+            "kv_cache_memory_bytes", "num_gpu_blocks_override", "gpus_per_node", "disable_hybrid_kv_cache_manager")
+    given = {k: v[k] for k in keys if v.get(k) is not None}
+    if v.get("device"):
+        given["device"] = v["device"]
+    req = plan_request_from_flags(model=v.get("model"), **given)
+    if v.get("engine"):
+        from dataclasses import replace
+
+        req = replace(req, engine=v["engine"])
+    return req
 
 
 def register(app: typer.Typer) -> None:

@@ -74,22 +74,22 @@ def from_bench(d: dict, source: str) -> LoadRun:
 def from_sim(d: dict, source: str, requested_rate: Optional[float]) -> LoadRun:
     req = d.get("requests") or {}
     total = int(req.get("total") or 0)
-    failed = int(req.get("failed") or 0) + int(req.get("rejected") or 0)
+    failed = int(req.get("failed") or 0)  # the simulator's failed includes its rejected requests
     tl = tuple({"t": r.get("t"), "kv_usage": r.get("kv_usage"), "running": r.get("running"),
                 "waiting": r.get("waiting")} for r in (d.get("timeline") or []))
     thr = d.get("throughput") or {}
-    errors = {}
-    if req.get("rejected"):
-        errors["rejected (simulated)"] = int(req["rejected"])
-    if req.get("failed"):
-        errors["failed (simulated)"] = int(req["failed"])
+    errors = {f"rejected: {k}": int(n) for k, n in (d.get("rejected_reasons") or {}).items() if n}
+    other = failed - sum(errors.values())
+    if other > 0:
+        errors["failed"] = other
     return LoadRun(
         simulated=True, source=source, requested_rate=requested_rate, total=total, failed=failed,
-        error_rate=round(failed / total, 6) if total else None, errors=errors, error_examples={},
+        error_rate=req.get("error_rate", round(failed / total, 6) if total else None), errors=errors,
+        error_examples={},
         latency_s=dict(d.get("latency_s") or {}), completed_rate=thr.get("requests_per_s"),
         preemptions=d.get("preemptions"), peak_kv_usage=_max(t["kv_usage"] for t in tl),
         peak_waiting=_max(t["waiting"] for t in tl), peak_running=_max(t["running"] for t in tl),
-        saturation=d.get("saturation"), timeline=tl, raw=d)
+        saturation=d.get("saturation"), timeline=tl, samples=dict(d.get("samples") or {}), raw=d)
 
 
 def slo_value(run: LoadRun, key: str) -> Optional[float]:
@@ -100,3 +100,18 @@ def slo_value(run: LoadRun, key: str) -> Optional[float]:
         return ((run.raw.get("goodput") or {}).get("ratio"))
     metric, _, stat = key.partition("_")
     return (run.latency_s.get(metric) or {}).get(stat)
+
+
+_TOO_LONG_WORDS = ("too_long", "too long", "context length", "max_model_len", "maximum model length",
+                   "maximum context")
+
+
+def too_long_errors(run: LoadRun) -> int:
+    """Requests refused for their length (vLLM's HTTP 400 naming the context length, or the
+    simulator's prompt_too_long): the lengths check already budgets for these."""
+    n = 0
+    for cls, count in run.errors.items():
+        example = str(run.error_examples.get(cls, "")).lower()
+        if "too_long" in cls or (cls == "http_400" and any(w in example for w in _TOO_LONG_WORDS)):
+            n += count
+    return n

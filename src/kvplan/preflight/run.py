@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from ..errors import KvplanError, UsageError
 from ..ops.thresholds import Thresholds
-from . import checks_load, checks_static
+from . import checks_load, checks_static, simfix
 from .load import LoadRun, from_bench, from_sim
 from .model import CheckResult, PreflightResult, verdict_of
 from .options import PreflightOptions
@@ -62,28 +62,34 @@ def analyse_traffic(plan_result, opts: PreflightOptions, tokenizer):
     return lengths, traffic_fit(plan_result, lengths)
 
 
-def simulate_load(req, plan_result, opts: PreflightOptions, tokenizer) -> tuple[Optional[LoadRun], str, dict]:
-    """The dry run's load test: the simulator replays the log's lengths at target QPS x factor."""
+def simulate_load(req, plan_result, opts: PreflightOptions, tokenizer):
+    """The dry run's load test: the simulator replays the log's requests at target QPS x factor.
+    Returns (run or None, why not, the SimResult dict, the trace)."""
     if opts.target_qps is None:
-        return None, "no --target-qps: nothing to simulate", {}
+        return None, "no --target-qps: nothing to simulate", {}, None
     if not opts.requests:
-        return None, "dry run without --requests: no traffic to simulate", {}
+        return None, "dry run without --requests: no traffic to simulate", {}, None
     if not plan_result.startup.ok:
-        return None, "the plan does not start: nothing to simulate", {}
+        return None, "the plan does not start: nothing to simulate", {}, None
     try:
         from ..sim import simulate, trace_from_log
     except ImportError as exc:
-        return None, f"the simulator is not available in this kvplan ({exc})", {}
+        return None, f"the simulator is not available in this kvplan ({exc})", {}, None
     rate = opts.load_rate
     n = max(1, math.ceil(rate * opts.duration_s))
-    trace = trace_from_log([opts.requests], tokenizer=tokenizer, rate=rate, num_requests=n, max_tokens=opts.max_tokens)
+    trace = trace_from_log([opts.requests], tokenizer=tokenizer, rate=rate, num_requests=n, max_tokens=opts.max_tokens,
+                           estimate=tokenizer is None)
     try:
         res = simulate(req, trace, plan_result=plan_result)
     except KvplanError as exc:
-        return None, f"the simulator refused: {exc}", {}
+        return None, f"the simulator refused: {exc}", {}, None
     d = res.to_dict()
-    src = f"simulated: kvplan.sim, {n:,} requests of the log at {rate:g} req/s ({trace.source})"
-    return from_sim(d, src, rate), "", d
+    got = len(trace.requests)
+    span = trace.requests[-1].arrival_s if trace.requests else 0.0
+    src = f"simulated: kvplan.sim, {got:,} requests of the log at {rate:g} req/s over {span:,.0f} s"
+    if got < n:
+        src += f" (the log has fewer than the {n:,} of {opts.duration_s:g} s)"
+    return from_sim(d, src, rate), "", d, trace
 
 
 def _bench(url: str, opts: PreflightOptions) -> tuple[LoadRun, dict]:
@@ -119,12 +125,14 @@ def _serve_and_measure(req, plan_result, opts: PreflightOptions, progress: Progr
         return found
 
     def measure(url: str, log_text_fn) -> None:
-        from ..ops.profile import profile_server
-
         _say(progress, f"profiling {url}")
         try:
+            from ..ops.profile import profile_server
+
             found["profile"] = profile_server(url, plan_result=plan_result, log_text=log_text_fn(),
                                               timeout_s=opts.profile_timeout_s)
+        except ImportError as exc:
+            found["profile_why"] = f"kvplan profile is not available in this kvplan ({exc})"
         except KvplanError as exc:
             found["profile_why"] = f"kvplan profile failed: {exc}"
         if opts.target_qps is None:
@@ -156,9 +164,12 @@ def _serve_and_measure(req, plan_result, opts: PreflightOptions, progress: Progr
             return found
         with srv:
             found["log_path"] = str(srv.log_path)
-            found["argv"] = list(srv.argv)
+            found["server"] = {"pid": srv.pid, "base_url": srv.base_url, "argv": list(srv.argv),
+                               "startup_seconds": getattr(srv, "startup_seconds", None)}
             measure(srv.base_url, srv.log_text)
             text = srv.log_text()
+        found["server"]["exit_code"] = getattr(srv, "exit_code", None)
+        found["server"]["pids_seen"] = list(srv.processes_seen()) if hasattr(srv, "processes_seen") else [srv.pid]
         found["doctor"] = _doctor(str(srv.log_path), text)
         found["oom"] = tuple(f for f in found["doctor"].findings if f.id.startswith("cuda_oom"))
     else:
@@ -254,6 +265,8 @@ def _sections(plan_result, lengths, traffic, run: Optional[LoadRun], opts, found
     if found.get("profile") is not None:
         p = found["profile"]
         sec["profile"] = p.to_dict() if hasattr(p, "to_dict") else p
+    if found.get("server") is not None:
+        sec["server"] = found["server"]
     if found.get("doctor") is not None:
         sec["doctor_findings"] = [{"id": f.id, "severity": f.severity, "title": f.title} for f in found["doctor"].findings]
     return sec
@@ -286,9 +299,10 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
     files: dict = {}
     found: dict = {"profile": None, "run": None}
     sim_dict: dict = {}
+    trace = None
     if opts.dry_run:
         _say(progress, "simulating the load (dry run)")
-        run, why, sim_dict = simulate_load(req, plan_result, opts, tokenizer)
+        run, why, sim_dict, trace = simulate_load(req, plan_result, opts, tokenizer)
         profile_why = "dry run: no server is profiled"
         notes.append("Dry run: no server was started or measured; the load test is SIMULATED by kvplan.sim.")
     else:
@@ -329,6 +343,10 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
         checks_load.baseline_check(opts.baseline, run),
         checks_static.check_history(plan_result, lengths, opts),
     ]
+    if opts.dry_run and trace is not None and any(simfix.needs_sim_fix(c) for c in checks):
+        _say(progress, "simulating fixes")
+        fixes = simfix.simulated_fixes(req, plan_result, trace, sim_dict, opts.slo)
+        checks = [simfix.attach(c, fixes) if simfix.needs_sim_fix(c) else c for c in checks]
     alerts, alert_files = checks_load.alerts_check(opts.output_dir, thresholds, plan_result.vllm_semantics)
     checks.append(alerts)
     files.update(alert_files)

@@ -92,3 +92,33 @@ def what_if_fixes(plan_result, req, lengths=None, memory_limit: Optional[float] 
             continue
         out.append(fx)
     return out
+
+
+def doctor_planner(req, plan_result):
+    """The doctor's re-planner (ops.doctor.planned.LogPlanner) for this plan, so the doctor's own
+    fixes (preemption, OOM) predict their effect with kvplan plan instead of log arithmetic."""
+    from ..ops.doctor.planned import LogPlanner
+
+    total = req.gpu.memory_bytes if req.device == "cuda" else None
+    return LogPlanner(request=req, baseline=plan_result, kv_bytes=int(plan_result.memory.available_kv_cache_bytes),
+                      total_bytes=total, label=f"{plan_result.model.id}, vLLM {plan_result.vllm_semantics} rules")
+
+
+def within_memory_limit(fixes, req, limit: Optional[float] = None) -> tuple[Fix, ...]:
+    """Drop a fix that raises --gpu-memory-utilization past the 90% rule of plan_memory (the
+    doctor proposes 0.95 for more KV cache; preflight would then fail that check)."""
+    from .options import GPU_MEMORY_LIMIT
+
+    limit = GPU_MEMORY_LIMIT if limit is None else limit
+    out = []
+    for f in fixes:
+        if req.device == "cuda" and f.change.startswith("--gpu-memory-utilization "):
+            try:
+                util = float(f.change.split()[1])
+            except (IndexError, ValueError):
+                util = None
+            r = replan(req, gpu_memory_utilization=util) if util is not None else None
+            if r is not None and gpu_memory_fraction(r) > limit:
+                continue
+        out.append(f)
+    return tuple(out)
