@@ -259,7 +259,8 @@ def histogram_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> Op
         if count >= rank and count > prev_count:
             if math.isinf(le):
                 return prev_le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+            # Clamped: float rounding must not push the answer past the bucket's own bound.
+            return min(le, prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count))
         prev_le, prev_count = le, count
     finite = [le for le, _ in buckets if not math.isinf(le)]
     return finite[-1] if finite else None
