@@ -390,3 +390,56 @@ def _reason(text: str, tail_lines: int = 15) -> str:
     if errors:
         return "\n".join(errors)
     return "\n".join(text.splitlines()[-tail_lines:]) or "(vLLM wrote nothing)"
+
+
+# --------------------------------------------------------------------------- plans from flags or JSON
+def plan_for_args(plan_args: Sequence[str], timeout_s: float = 120.0):
+    """The PlanResult ``kvplan plan PLAN_ARGS`` computes: the plan command itself parses the flags
+    (one copy of their names, defaults and checks), in a child process, as JSON; its usage errors
+    come back as UsageError with the plan's own message."""
+    import json
+    import sys
+
+    if any(a in ("--format", "-f") or a.startswith("--format=") for a in plan_args):
+        raise UsageError("the plan flags must not set --format (kvplan reads the plan as JSON)")
+    argv = [sys.executable, "-m", "kvplan.cli.main", "plan", *[str(a) for a in plan_args], "--format", "json"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"kvplan plan did not finish within {timeout_s:.0f} s") from None
+    if out.returncode != 0:
+        message = out.stderr.strip().removeprefix("kvplan: error: ") or f"exit code {out.returncode}"
+        raise UsageError(f"plan flags: {message}")
+    return plan_result_from_dict(json.loads(out.stdout))
+
+
+def plan_result_from_dict(data: Mapping):
+    """A PlanResult from its ``to_dict()`` / ``kvplan plan --format json`` form (extra keys such as
+    ``schema_version`` or ``traffic`` are ignored; lists become the tuples the dataclasses hold)."""
+    from ..memory.result import PlanResult
+
+    return _from_json(PlanResult, data)
+
+
+def _from_json(tp, value):
+    import dataclasses
+    import types
+    import typing
+
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_json(inner[0], value) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        fields = {f.name for f in dataclasses.fields(tp)}
+        return tp(**{k: _from_json(hints[k], v) for k, v in value.items() if k in fields})
+    if origin is tuple:
+        args = typing.get_args(tp)
+        item = args[0] if args else typing.Any
+        return tuple(_from_json(item, v) for v in value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value

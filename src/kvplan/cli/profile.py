@@ -1,0 +1,169 @@
+"""``kvplan profile``: thin CLI over kvplan.ops.profile (and kvplan.ops.launch for ``--launch``).
+
+Any option ``kvplan profile`` does not know is a plan flag (``--model``, ``--device``,
+``--kv-cache-memory``, …) and goes to ``kvplan plan``, so a plan is spelled exactly as for
+``kvplan plan``. Only typer and the standard library at module level (main.py imports this for
+every command).
+
+Exit codes: 0 the server matches the plan (every check passed or was skipped), 1 a check failed,
+vLLM did not start, or the server could not be profiled; 2 usage errors.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+
+FORMATS = ("table", "json", "markdown")
+
+
+def _fail(exc: Exception, code: int = 2) -> None:
+    typer.echo(f"kvplan: error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def profile_cmd(
+    ctx: typer.Context,
+    url: Optional[str] = typer.Option(None, "--url", help="Base URL of a running vLLM server, e.g. http://127.0.0.1:8000."),
+    launch: bool = typer.Option(False, "--launch", help="Start `vllm serve` with the plan's flags on 127.0.0.1, "
+                                "profile it, stop it."),
+    log: Optional[Path] = typer.Option(None, "--log", help="vLLM's log: read with --url (its start-up lines); "
+                                       "with --launch, where the server's output is written."),
+    vllm_bin: Optional[str] = typer.Option(None, "--vllm-bin", help="The vllm executable (default $KVPLAN_VLLM_BIN, "
+                                           "else vllm on PATH); a Python interpreter runs vLLM's API server module."),
+    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="Seconds --launch waits for the server."),
+    model_name: Optional[str] = typer.Option(None, "--model-name", help="Served model to profile (default: the first "
+                                             "of /v1/models)."),
+    long_prompt_tokens: Optional[int] = typer.Option(None, "--long-prompt-tokens", help="Prompt tokens of the long "
+                                                     "probe (default: near max_model_len - max_tokens)."),
+    burst: Optional[int] = typer.Option(None, "--burst", help="Requests in the burst (default: the planned "
+                                        "concurrency, at most 64)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds for all probes together."),
+    gpu_memory_limit: float = typer.Option(0.90, "--gpu-memory-limit", help="Peak GPU memory allowed, as a share of "
+                                           "the GPU."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token (default: $OPENAI_API_KEY). Never "
+                                          "printed.", show_default=False),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file (default: stdout)."),
+) -> None:
+    """Measure a vLLM server against its plan: KV blocks and tokens, concurrency, KV blocks per request.
+
+    kvplan profile --url http://127.0.0.1:8000 --log vllm.log --model ./my-model --gpu H100 ...
+    kvplan profile --launch --model ./my-model --device cpu --kv-cache-memory 4GiB ...
+
+    Options not listed here are plan flags, as for kvplan plan.
+
+    Exit codes: 0 matches the plan, 1 a check failed (or vLLM did not start), 2 usage errors."""
+    from ..ops.launch import LaunchFailed, launch_vllm, plan_for_args, resolve_vllm_bin
+    from ..ops.profile import ProfileError, profile_server
+
+    plan_args = list(ctx.args)
+    try:
+        if fmt not in FORMATS:
+            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        if launch == bool(url):
+            raise UsageError("give either --url URL (a running server) or --launch (start one from the plan flags)")
+        if launch and not plan_args:
+            raise UsageError("--launch needs the plan flags (as for kvplan plan), e.g. --model ./my-model --gpu H100")
+        if not 0 < gpu_memory_limit <= 1:
+            raise UsageError(f"--gpu-memory-limit {gpu_memory_limit}: a share of the GPU, in (0, 1]")
+        plan_result = plan_for_args(plan_args) if plan_args else None
+        log_text = None
+        if url and log is not None:
+            from ..memory.startup_log import read_log_text
+
+            log_text = read_log_text(log)
+        binary = resolve_vllm_bin(vllm_bin) if launch else None
+        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        options = dict(plan_result=plan_result, model_name=model_name, long_prompt_tokens=long_prompt_tokens,
+                       burst_concurrency=burst, timeout_s=timeout, api_key=key, gpu_memory_limit=gpu_memory_limit)
+        if url:
+            result = profile_server(url, log_text=log_text, **options)
+        else:
+            with _sigterm_as_interrupt():
+                typer.echo(f"kvplan: starting vLLM ({binary}) on 127.0.0.1 ...", err=True)
+                with launch_vllm(plan_result, vllm_bin=binary, log_path=log,
+                                 startup_timeout_s=startup_timeout) as server:
+                    typer.echo(f"kvplan: vLLM serving at {server.base_url} after {server.startup_seconds:.0f} s "
+                               f"(pid {server.pid}, log {server.log_path}); profiling ...", err=True)
+                    result = profile_server(server.base_url, log_text=server.log_text(), **options)
+                    result = result.with_launch({"argv": list(server.argv), "pid": server.pid,
+                                                 "log_path": str(server.log_path),
+                                                 "startup_seconds": round(server.startup_seconds or 0.0, 1)})
+    except UsageError as exc:
+        _fail(exc)
+        return
+    except LaunchFailed as exc:
+        typer.echo(f"kvplan: error: vLLM did not start: {exc}", err=True)
+        raise typer.Exit(1)
+    except ProfileError as exc:
+        _fail(exc, 1)
+        return
+    except KeyboardInterrupt:
+        typer.echo("kvplan: interrupted (any server kvplan started has been stopped)", err=True)
+        raise typer.Exit(130)
+    _write(result, fmt, output)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def _write(result, fmt: str, output: Optional[Path]) -> None:
+    if fmt == "json":
+        from ..report.profile_json import render_json
+
+        text = render_json(result) + "\n"
+    elif fmt == "markdown":
+        from ..report.profile_markdown import render_markdown
+
+        text = render_markdown(result)
+    else:
+        text = None
+    try:
+        if output is None:
+            if text is None:
+                from ..report.profile_text import render_table
+
+                render_table(result)
+            else:
+                sys.stdout.write(text)
+            return
+        if text is None:
+            import io
+
+            from ..report.profile_text import render_table
+
+            buf = io.StringIO()
+            render_table(result, file=buf, width=160)
+            text = buf.getvalue()
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(UsageError(f"--output {output}: cannot write: {exc.strerror or exc}"))
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """A SIGTERM to kvplan (a CI time-out, kill) becomes KeyboardInterrupt, so the launched
+    server is stopped on the way out instead of being orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # pragma: no cover - signal path
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd)

@@ -1,0 +1,10 @@
+"""JSON rendering of ``kvplan profile`` (``ProfileResult.to_dict``, schema_version 1; fields are only added)."""
+from __future__ import annotations
+
+import json
+
+from ..ops.profile import ProfileResult
+
+
+def render_json(result: ProfileResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, default=str)

@@ -1,0 +1,62 @@
+"""Terminal rendering of ``kvplan profile``: measured versus planned, one row per check (rich)."""
+from __future__ import annotations
+
+from typing import IO, Optional
+
+from ..ops.profile import ProfileResult
+
+_STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return str(value)
+
+
+def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Optional[int] = None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=file, width=width, highlight=False)
+    verdict = "MATCHES THE PLAN" if r.ok else "DOES NOT MATCH"
+    console.print(f"[bold]kvplan profile[/bold] {escape(r.base_url)} · {escape(r.model)} · vLLM "
+                  f"{escape(r.vllm_version or '?')} — [{'green' if r.ok else 'bold red'}]{verdict}[/]")
+    s = r.server
+    console.print(f"server: {s['num_gpu_blocks']:,} KV blocks of {s['block_size']} tokens "
+                  f"({s['usable_blocks']:,} usable), max_model_len {s['max_model_len']:,}")
+    if r.launched:
+        console.print(f"launched: pid {r.launched.get('pid')}, log {escape(str(r.launched.get('log_path')))}, "
+                      f"ready after {r.launched.get('startup_seconds') or 0:.0f} s")
+    if r.startup.get("kv_line"):
+        console.print(f"start-up log: {escape(r.startup['kv_line'])}")
+    checks = Table(title="measured vs planned")
+    for col in ("check", "status", "measured", "planned", "tolerance", "evidence"):
+        checks.add_column(col, overflow="fold")
+    for c in r.checks:
+        checks.add_row(escape(c.title), f"[{_STYLE.get(c.status, '')}]{c.status}[/]", escape(_fmt(c.measured)),
+                       escape(_fmt(c.planned)), escape(c.tolerance), escape(c.evidence))
+    console.print(checks)
+    steps = Table(title="probes (scraped while the requests ran)")
+    for col in ("step", "requests", "tokens (prompt+max)", "KV usage peak", "blocks measured",
+                "blocks/request (ceil)", "max_model_len blocks", "running", "waiting", "seconds"):
+        steps.add_column(col, justify="right" if col != "step" else "left")
+    for st in r.steps:
+        steps.add_row(st.name, str(st.requests), f"{st.prompt_tokens:,}+{st.max_tokens}",
+                      "-" if st.peak_kv_usage is None else f"{st.peak_kv_usage:.4%}", _fmt(st.measured_kv_blocks),
+                      str(st.expected_kv_blocks_per_request), str(st.max_model_len_blocks), _fmt(st.peak_running),
+                      _fmt(st.peak_waiting), f"{st.seconds:.1f}")
+    console.print(steps)
+    if r.gpu.get("notice"):
+        console.print(f"GPU: {escape(r.gpu['notice'])}")
+    for note in r.notes:
+        console.print(f"note: {escape(note)}")
+    for f in r.startup.get("findings", []):
+        console.print(f"doctor: [{f['severity']}] {escape(f['id'])}: {escape(f['title'])}")
