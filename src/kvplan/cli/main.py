@@ -283,6 +283,11 @@ from .simulate import register as _register_simulate  # noqa: E402
 
 _register_simulate(app)
 
+# `kvplan profile` (kvplan.cli.profile imports nothing heavy at module level).
+from .profile import register as _register_profile  # noqa: E402
+
+_register_profile(app)
+
 
 def main() -> None:
     try:
