@@ -167,7 +167,8 @@ def simulate_cmd(
         result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
                           **opts)
         d = result.to_dict()
-        if saturation_search and (rate is not None or requests):
+        if (saturation_search or html is not None) and (rate is not None or requests):
+            # the HTML report's throughput-latency curve is the bisection's probes
             from ..sim import find_saturation
 
             d["saturation_search"] = find_saturation(req, make_trace, slo=slos, profile=prof,

@@ -9,10 +9,19 @@ LAT_COLS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
 
 
 def ms(x: Optional[float]) -> str:
-    """Milliseconds, or seconds with an ``s`` once a value passes 100 s (saturated queues)."""
+    """Milliseconds; whole milliseconds past 1 s and seconds with an ``s`` past 10 s, so saturated
+    queues still fit a terminal column."""
     if x is None:
         return "-"
-    return f"{x * 1e3:,.1f}" if x < 100 else f"{x:,.0f} s"
+    if x < 1:
+        return f"{x * 1e3:,.1f}"
+    if x < 10:
+        return f"{x * 1e3:,.0f}"
+    return f"{x:,.1f} s"
+
+
+def count(n: int) -> str:
+    return f"{n:,}" if n < 100_000 else (f"{n / 1e3:,.0f}k" if n < 10_000_000 else f"{n / 1e6:,.1f}M")
 
 
 def num(x, fmt: str = "{:,.2f}") -> str:
@@ -51,7 +60,7 @@ def latency_rows(d: dict) -> list[list[str]]:
     out = []
     for key, label in LAT_ROWS:
         v = d["latency_s"].get(key) or {}
-        out.append([label] + [ms(v.get(c)) for c in LAT_COLS] + [f"{v.get('count', 0):,}"])
+        out.append([label] + [ms(v.get(c)) for c in LAT_COLS] + [count(v.get("count", 0))])
     return out
 
 

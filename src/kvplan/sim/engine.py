@@ -547,8 +547,8 @@ class Engine:
             else:
                 full_need = self._admission_blocks(min(num_tokens, mml))
                 need = self._blocks(num_new, 0)
-            if full_need + wm > pool.free:
-                break
+            if full_need + wm > pool.free or need + ev + wm > pool.free:
+                break  # allocate_slots returns None: the full prompt, then this chunk, must fit
             waiting.popleft()
             running.append(r)
             if self.simple:
