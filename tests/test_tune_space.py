@@ -105,7 +105,7 @@ def test_without_gpus_the_listed_tps_keep_the_base_dp():
     combos = list(combinations(_base(data_parallel_size=2), TuneSpace(
         max_num_seqs=(64,), gpu_memory_utilization=(0.9,), kv_cache_dtype=("auto",), tensor_parallel=(4, 8)), 100))
     assert [(r.tensor_parallel_size, dp) for r, dp, _ in combos] == [(4, 2), (8, 2)]
-    assert all(r.data_parallel_size == 1 for r, _, _ in combos)  # the simulated replica
+    assert all(r.data_parallel_size == 2 for r, _, _ in combos)
 
 
 def test_measured_kv_memory_only_kept_where_it_was_measured():

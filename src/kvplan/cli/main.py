@@ -288,6 +288,11 @@ from .profile import register as _register_profile  # noqa: E402
 
 _register_profile(app)
 
+# `kvplan tune` (kvplan.cli.tune imports nothing heavy at module level).
+from .tune import register as _register_tune  # noqa: E402
+
+_register_tune(app)
+
 
 def main() -> None:
     try:

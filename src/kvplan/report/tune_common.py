@@ -47,8 +47,9 @@ def pruned_text(r: TuneResult) -> str:
     p = r.pruned
     parts = ", ".join(f"{k} {n}" for k, n in p.by_reason) or "none"
     dup = f"; {p.duplicates} duplicate(s) of listed flags simulated once" if p.duplicates else ""
+    skip = f"; {r.skipped} with more GPUs skipped (cannot beat the winner)" if r.skipped else ""
     return (f"{r.combinations} combination(s): {p.total} pruned before simulation ({parts}){dup}; "
-            f"{r.simulated} simulated")
+            f"{r.simulated} simulated{skip}")
 
 
 def verdict(r: TuneResult) -> str:

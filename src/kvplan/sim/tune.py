@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import UsageError
-from .tune_exec import Backend, choose_backend, run_tasks
+from .tune_exec import Runner, choose_backend
 from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
                         pareto_latency_key, rank_key)
 from .tune_share import ShareOutcome, combine_shares, simulate_share
@@ -86,6 +86,7 @@ class TuneResult:
     combinations: int
     pruned: Pruned
     simulated: int
+    skipped: int  # not simulated: more GPUs than can beat the winner (see ``tune``)
     rows: tuple[TuneRow, ...]
     pareto_latency: str
     pareto: tuple[int, ...]  # ranks of the rows on the front, by throughput per GPU descending
@@ -113,6 +114,7 @@ class TuneResult:
             "slo": {k: v for k, v in self.slos}, "trace": dict(self.trace), "base": dict(self.base),
             "space": dict(self.space), "workload_max_model_len": self.workload_max_model_len,
             "combinations": self.combinations, "pruned": self.pruned.to_dict(), "simulated": self.simulated,
+            "skipped": self.skipped,
             "ok": self.ok, "winner": w.to_dict() if w else None,
             "closest": self.closest.to_dict() if self.closest else None,
             "serve_command": w.serve_command if w else None,
@@ -124,71 +126,114 @@ class TuneResult:
 
 def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
          objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
-         profile: Optional["StepTimeProfile"] = None) -> TuneResult:
+         profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
+         exhaustive: bool = False) -> TuneResult:
     """Search ``space`` around ``base`` for the configuration that serves ``trace`` best under
-    ``slos``. ``profile`` (a calibrated step-time profile) is used for the configurations on the
-    base's GPU and tensor-parallel size, where it was measured; the others use the roofline prior
-    of their GPU, and each row names its profile."""
+    ``slos``.
+
+    ``profile`` (a calibrated step-time profile) is used for the configurations on the base's GPU
+    and tensor-parallel size, where it was measured; the others use the roofline prior of their
+    GPU, and each row names its profile. With data parallelism one replica (requests 0, DP, 2·DP, …
+    of the trace) is simulated and its throughput scaled by DP; ``all_replicas`` simulates every
+    replica (DP times the work) for percentiles over the whole trace.
+
+    Configurations are simulated by GPU count, fewest first. Unless ``exhaustive``, a GPU count is
+    skipped when it cannot beat the best configuration already meeting the SLOs: with more GPUs
+    (``min_gpus``), or a goodput per GPU that cannot reach the best's even if every request were
+    good (requests / arrival span / GPUs: goodput never exceeds the offered rate). The winner is
+    the same either way; the skipped ones are counted, not ranked."""
     if objective not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if not trace.requests:
         raise UsageError("the trace has no requests to simulate")
     t0 = time.perf_counter()
-    cands, pruned, floor = expand(base, space, trace)
-    combos = pruned.total + pruned.duplicates + len(cands)
-    notes: list[str] = []
-    tasks = []
-    profiles: dict[int, str] = {}
-    for c in cands:
-        prof = _profile_for(c, base, profile)
-        profiles[c.index] = prof.source
-        for k in range(c.data_parallel_size):
-            tasks.append((c.index, c.request, c.plan, prof, c.data_parallel_size, k))
-    backend = choose_backend(processes, ray_address, len(tasks))
-    outcomes = run_tasks(simulate_share, tasks, {"trace": trace}, backend)
-    by_cand: dict[int, list[ShareOutcome]] = {}
-    for (idx, *_), out in zip(tasks, outcomes):
-        by_cand.setdefault(idx, []).append(out)
+    space.validate()
+    backend = choose_backend(processes, ray_address, 1 << 30)
     lat_key = pareto_latency_key(slos)
     limits = goodput_limits(slos)
-    rows = [_row(c, by_cand[c.index], slos, limits, lat_key, profiles[c.index], objective) for c in cands]
-    order = sorted(range(len(rows)), key=lambda i: rows[i][1])
-    ranked = [rows[i][0] for i in order]
+    rows: list[tuple[TuneRow, tuple]] = []
+    skipped = 0
+    with Runner(backend, {"trace": trace}) as runner:
+        cands, pruned, floor = expand(base, space, trace, plan_all=runner.map)
+        for gpus in sorted({c.gpus for c in cands}):
+            level = [c for c in cands if c.gpus == gpus]
+            best = next((r for r, _ in sorted(rows, key=lambda x: x[1]) if r.meets_slo), None)
+            if best is not None and not exhaustive:
+                level_kept = [c for c in level if not _cannot_win(c, best, objective, trace, all_replicas)]
+                skipped += len(level) - len(level_kept)
+                level = level_kept
+            tasks = []
+            for c in level:
+                prof = profile if _profiled(c, base, profile) else None
+                for k in range(c.data_parallel_size if all_replicas else 1):
+                    tasks.append((c.index, c.request, c.plan, prof, c.data_parallel_size, k))
+            outcomes = runner.map(simulate_share, tasks)
+            by_cand: dict[int, list[ShareOutcome]] = {}
+            for (idx, *_), out in zip(tasks, outcomes):
+                by_cand.setdefault(idx, []).append(out)
+            rows.extend(_row(c, by_cand[c.index], slos, limits, lat_key, objective) for c in level)
+    combos = pruned.total + pruned.duplicates + len(cands)
+    rows.sort(key=lambda x: x[1])
+    ranked = [r for r, _ in rows]
     points = [(r.throughput["output_tokens_per_s_per_gpu"], _nan(r.metric(lat_key))) for r in ranked]
     on_front = set(pareto_front(points))
-    from dataclasses import replace
-
     ranked = [replace(r, rank=i + 1, pareto=i in on_front) for i, r in enumerate(ranked)]
     front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
-    if profile is not None and any(p != profile.source for p in profiles.values()):
-        n = sum(1 for p in profiles.values() if p != profile.source)
-        notes.append(f"{n} configuration(s) differ from the profiled GPU/TP ({base.gpu.name} TP"
-                     f"{base.tensor_parallel_size}) and use their GPU's roofline prior instead")
+    notes: list[str] = []
+    if skipped:
+        notes.append(f"{skipped} configuration(s) with more GPUs were not simulated: they cannot beat the winner "
+                     f"on {objective} (--exhaustive simulates them; the Pareto front is over the simulated ones)")
+    if profile is not None:
+        n = sum(1 for c in cands if not _profiled(c, base, profile))
+        if n:
+            notes.append(f"{n} configuration(s) differ from the profiled GPU/TP ({base.gpu.name} TP"
+                         f"{base.tensor_parallel_size}) and use their GPU's roofline prior instead")
     if not cands:
         notes.append("no configuration of the space starts under vLLM's rules: nothing was simulated")
     if base.kv_cache_memory_bytes is not None and any(c.request.kv_cache_memory_bytes is None for c in cands):
         notes.append("the given KV memory applies to the base GPU, TP and utilization only; other "
                      "configurations use kvplan's memory estimate")
+    if not all_replicas and any(r.flags["data_parallel_size"] > 1 for r in ranked):
+        notes.append("data parallel: one replica simulated on its round-robin share (rate / DP), throughput "
+                     "× DP; percentiles are that replica's")
     return TuneResult(
         objective=objective, slos=tuple((s.key, s.limit) for s in slos), trace=_trace_info(trace),
         space=space.to_dict(), workload_max_model_len=floor, combinations=combos, pruned=pruned,
-        simulated=len(cands), rows=tuple(ranked), pareto_latency=lat_key,
-        pareto=tuple(i + 1 for i in front), backend=backend.to_dict(), elapsed_s=time.perf_counter() - t0,
-        notes=tuple(notes), base={"model": base.model.name, "gpu": base.gpu.name},
+        simulated=len(ranked), skipped=skipped, rows=tuple(ranked), pareto_latency=lat_key,
+        pareto=tuple(i + 1 for i in front),
+        backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive},
+        elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
+        base={"model": base.model.name, "gpu": base.gpu.name},
     )
+
+
+def _cannot_win(c: Candidate, best: TuneRow, objective: str, trace, all_replicas: bool) -> bool:
+    """True when ``c`` ranks below ``best`` whatever its simulation would say (strictly: ties run)."""
+    if objective == "min_gpus":
+        return c.gpus > best.gpus
+    return goodput_per_gpu_bound(trace, c.data_parallel_size, c.gpus, all_replicas) < best.goodput_per_gpu
+
+
+def goodput_per_gpu_bound(trace, dp: int, gpus: int, all_replicas: bool = False) -> float:
+    """The most goodput per GPU a configuration could reach on ``trace``: every request good, the
+    run's window no longer than the arrivals' span (it is longer: the last request still has to be
+    served). For one simulated replica, its share's requests over its share's span, times DP."""
+    reqs = trace.requests
+    share = reqs if all_replicas or dp == 1 else reqs[::dp]
+    span = share[-1].arrival_s - share[0].arrival_s if len(share) > 1 else 0.0
+    if span <= 0:
+        return math.inf
+    return len(share) / span * (1 if all_replicas or dp == 1 else dp) / gpus
 
 
 def _nan(x: Optional[float]) -> float:
     return math.nan if x is None else x
 
 
-def _profile_for(c: Candidate, base: "PlanRequest", profile: Optional["StepTimeProfile"]) -> "StepTimeProfile":
-    from .steptime import default_profile
-
-    if profile is not None and c.request.gpu.name == base.gpu.name and \
-            c.request.tensor_parallel_size == base.tensor_parallel_size:
-        return profile
-    return default_profile(c.request, c.plan)
+def _profiled(c: Candidate, base: "PlanRequest", profile: Optional["StepTimeProfile"]) -> bool:
+    """A calibrated profile describes the base's GPU at the base's TP: only those configurations use it."""
+    return (profile is not None and c.request.gpu.name == base.gpu.name
+            and c.request.tensor_parallel_size == base.tensor_parallel_size)
 
 
 def _trace_info(trace) -> dict[str, Any]:
@@ -198,38 +243,33 @@ def _trace_info(trace) -> dict[str, Any]:
             "rate_per_s": round((len(reqs) - 1) / span, 6) if span > 0 else None}
 
 
-def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str, profile: str,
+def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
          objective: str) -> tuple[TuneRow, tuple]:
     fleet = combine_shares(shares)
     good = count_good(fleet.ttft, fleet.tpot, fleet.e2e, limits)
     total = fleet.total
     window = fleet.window_s
-    goodput = good / window if window > 0 else 0.0
-    error_rate = (fleet.rejected + fleet.failed) / total if total else None
+    # Replicas not simulated are alike the simulated ones: throughput scales with the replicas.
+    scale = c.data_parallel_size / len(shares)
+    goodput = good / window * scale if window > 0 else 0.0
+    error_rate = fleet.failed / total if total else None
     checks = check_slos(slos, fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
     meets = all(ch.passed for ch in checks)
     miss = closeness(checks)
     gpus = c.gpus
-    rps = fleet.completed / window if window > 0 else 0.0
-    otps = fleet.output_tokens / window if window > 0 else 0.0
+    rps = fleet.completed / window * scale if window > 0 else 0.0
+    otps = fleet.output_tokens / window * scale if window > 0 else 0.0
     row = TuneRow(
         rank=0, label=c.label(), flags=c.flags(), gpus=gpus, meets_slo=meets, checks=checks, miss=miss,
         goodput_requests_per_s=goodput, goodput_per_gpu=goodput / gpus, good_requests=good,
-        requests={"total": total, "completed": fleet.completed, "rejected": fleet.rejected, "failed": fleet.failed},
+        requests={"total": total, "completed": fleet.completed, "rejected": fleet.rejected, "failed": fleet.failed,
+                  "replicas_simulated": len(shares), "replicas": c.data_parallel_size},
         throughput={"requests_per_s": round(rps, 6), "output_tokens_per_s": round(otps, 3),
                     "output_tokens_per_s_per_gpu": round(otps / gpus, 3), "window_s": round(window, 6)},
         latency_s=fleet.latency, preemptions=fleet.preemptions,
         kv={"num_gpu_blocks": c.plan.kv.num_gpu_blocks, "kv_cache_tokens": c.plan.kv.kv_cache_tokens,
             "max_concurrency": c.plan.kv.max_concurrency},
-        profile=profile, serve_command=_serve_command(c),
+        profile=shares[0].profile, serve_command=c.plan.serve_command,
     )
     lat = row.metric(lat_key)
     return row, rank_key(objective, meets, row.goodput_per_gpu, lat, gpus, miss, c.index)
-
-
-def _serve_command(c: Candidate) -> str:
-    if c.data_parallel_size == 1:
-        return c.plan.serve_command
-    from ..memory import plan
-
-    return plan(c.serve_request, what_ifs=False).serve_command

@@ -28,6 +28,8 @@ class Backend:
 
 
 def choose_backend(processes: Optional[int], ray_address: Optional[str], tasks: int) -> Backend:
+    """Ray when an address is given; else ``processes`` (default: the CPU count) capped by the
+    number of tasks; one means in this process."""
     if processes is not None and processes < 1:
         raise UsageError(f"--processes must be at least 1, got {processes}")
     if ray_address:
@@ -46,22 +48,62 @@ def _run_chunk(fn: Callable[[Any, dict], Any], chunk: Sequence[Any]) -> list[Any
     return [fn(task, _SHARED) for task in chunk]
 
 
+class Runner:
+    """A backend kept open across the phases of a sweep (planning, then simulating): one pool, or
+    one Ray connection, for both. ``shared`` reaches every worker once."""
+
+    def __init__(self, backend: Backend, shared: dict[str, Any]):
+        self.backend = backend
+        self.shared = shared
+        self._pool = None
+        self._shared_ref = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def map(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> list[Any]:
+        """``[fn(task, shared) for task in tasks]``, in task order. ``fn`` must be a module-level
+        function (it is pickled by name)."""
+        if not tasks:
+            return []
+        kind = self.backend.kind
+        if kind == "serial" or len(tasks) == 1 and kind != "ray":
+            return [fn(t, self.shared) for t in tasks]
+        if kind == "ray":
+            return self._map_ray(fn, tasks)
+        if self._pool is None:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.backend.workers, initializer=_init_worker,
+                                             initargs=(self.shared,))
+        chunks, n = _chunks(tasks, self.backend.workers)
+        parts = list(self._pool.map(_run_chunk, [fn] * len(chunks), chunks))
+        return _uninterleave(parts, n, len(tasks))
+
+    def _map_ray(self, fn, tasks: Sequence[Any]) -> list[Any]:
+        global _RAY_FN
+        ray = _ray()
+        if self._shared_ref is None:
+            _connect(self.backend.address or "local")
+            self._shared_ref = ray.put(self.shared)
+        if _RAY_FN is None:
+            _RAY_FN = ray.remote(num_cpus=1)(_ray_chunk)
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        chunks, n = _chunks(tasks, cpus)
+        parts = ray.get([_RAY_FN.remote(fn, self._shared_ref, c) for c in chunks])
+        return _uninterleave(parts, n, len(tasks))
+
+
 def run_tasks(fn: Callable[[Any, dict], Any], tasks: Sequence[Any], shared: dict[str, Any],
               backend: Backend) -> list[Any]:
-    """``[fn(task, shared) for task in tasks]`` on ``backend``, in task order. ``fn`` must be a
-    module-level function (it is pickled by name)."""
-    if not tasks:
-        return []
-    if backend.kind == "serial":
-        return [fn(t, shared) for t in tasks]
-    if backend.kind == "ray":
-        return _run_ray(fn, tasks, shared, backend.address or "local")
-    from concurrent.futures import ProcessPoolExecutor
-
-    chunks, n = _chunks(tasks, backend.workers)
-    with ProcessPoolExecutor(max_workers=backend.workers, initializer=_init_worker, initargs=(shared,)) as pool:
-        parts = list(pool.map(_run_chunk, [fn] * len(chunks), chunks))
-    return _uninterleave(parts, n, len(tasks))
+    """One ``Runner.map`` on a fresh backend."""
+    with Runner(backend, shared) as runner:
+        return runner.map(fn, tasks)
 
 
 def _chunks(tasks: Sequence[Any], workers: int) -> tuple[list[list[Any]], int]:
@@ -116,20 +158,6 @@ def _connect(address: str) -> None:
         ray.init(**kwargs)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, …: say what failed
         raise UsageError(f"--ray-address {address}: cannot join the Ray cluster ({type(exc).__name__}: {exc})") from None
-
-
-def _run_ray(fn, tasks: Sequence[Any], shared: dict[str, Any], address: str) -> list[Any]:
-    global _RAY_FN
-    ray = _ray()
-    _connect(address)
-    if _RAY_FN is None:
-        _RAY_FN = ray.remote(num_cpus=1)(_ray_chunk)
-    cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
-    chunks, n = _chunks(tasks, cpus)
-    shared_ref = ray.put(shared)
-    parts = ray.get([_RAY_FN.remote(fn, shared_ref, c) for c in chunks])
-    # _chunks interleaves: chunk k holds tasks k, k+n, k+2n, …; put them back in task order.
-    return _uninterleave(parts, n, len(tasks))
 
 
 def _uninterleave(parts: list[list[Any]], n: int, total: int) -> list[Any]:

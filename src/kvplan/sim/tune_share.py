@@ -1,29 +1,31 @@
 """One replica's simulation inside a sweep, and the fleet's metrics from its replicas.
 
 A task is (configuration, data-parallel size, replica k): the replica simulates requests k, k+DP,
-k+2·DP, … of the trace. Its outcome keeps each completed request's TTFT, TPOT and E2E (not the
-whole result: outcomes cross process boundaries), so the fleet's percentiles and its goodput are
-computed over every request of the trace exactly as for a single replica. ITL is per token; the
-fleet's ITL percentile is the largest of its replicas' (an upper bound; exact when DP = 1).
+k+2·DP, … of the trace (round-robin: each replica sees rate / DP). Its outcome keeps each completed
+request's TTFT, TPOT and E2E (not the whole result: outcomes cross process boundaries). By default
+a sweep simulates replica 0 only - the replicas are alike, and a replica's simulation costs about
+as much as the whole trace's (the steps follow the trace's duration, not its request count) - and
+scales its throughput by DP; with ``all_replicas`` every replica runs and the fleet's percentiles
+and goodput are over every request of the trace. ITL is per token: the fleet's ITL percentile is
+then the largest of its replicas' (an upper bound; exact for one replica).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
-from ..quantiles import percentile
+from .result import summarize
 
 LATENCY_STATS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
-_PCTS = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 
 
 @dataclass(frozen=True)
 class ShareOutcome:
     total: int
     completed: int
-    rejected: int
-    failed: int
+    rejected: int  # longer than max_model_len, as vLLM rejects them
+    failed: int  # every request that did not complete (rejected ones included), as SimResult counts
     output_tokens: int
     start_s: float  # first arrival
     end_s: float  # last completion
@@ -32,6 +34,7 @@ class ShareOutcome:
     e2e: tuple[float, ...]
     itl: dict  # the replica's ITL percentiles
     preemptions: int
+    profile: str = ""  # the step-time profile's source
 
 
 @dataclass(frozen=True)
@@ -49,14 +52,6 @@ class Fleet:
     preemptions: int
 
 
-def summarize(xs: Sequence[float]) -> dict:
-    s = sorted(xs)
-    out: dict[str, Optional[float]] = {name: percentile(s, p) for name, p in _PCTS}
-    out["max"] = s[-1] if s else None
-    out["mean"] = math.fsum(s) / len(s) if s else None
-    return {k: (None if v is None else round(v, 6)) for k, v in out.items()}
-
-
 def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
     ttft = tuple(x for s in shares for x in s.ttft)
     tpot = tuple(x for s in shares for x in s.tpot)
@@ -68,6 +63,7 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
     for stat in LATENCY_STATS:
         vals = [s.itl.get(stat) for s in shares if s.itl.get(stat) is not None]
         itl[stat] = max(vals) if vals else None
+    itl["count"] = sum(s.itl.get("count") or 0 for s in shares)
     if len(shares) == 1:
         itl = dict(shares[0].itl)
     latency = {"ttft": summarize(ttft), "tpot": summarize([x for x in tpot if x is not None]),
@@ -82,7 +78,9 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
 
 def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
     """Run in a worker: simulate replica ``k`` of ``dp`` on its round-robin share of the trace."""
-    from . import simulate
+    from .simulate import simulate
+
+    from .steptime import default_profile
 
     _index, request, plan_result, profile, dp, k = task
     shares = shared.setdefault("_shares", {})
@@ -91,28 +89,29 @@ def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
 
         shares[dp] = split_round_robin(shared["trace"], dp)
     trace = shares[dp][k]
-    result = simulate(request, trace, profile=profile, plan_result=plan_result)
-    return outcome_of(result, trace)
+    prof = profile or default_profile(request, plan_result)
+    result = simulate(request, trace, profile=prof, plan_result=plan_result, per_request=True)
+    return replace(outcome_of(result, trace), profile=prof.source)
 
 
 def outcome_of(result, trace) -> ShareOutcome:
-    """The compact outcome of one SimResult."""
-    d = result.to_dict()
-    req = d["requests"]
-    per = d.get("per_request") or []
+    """The compact outcome of one SimResult (its per-request records: TTFT = first token - arrival,
+    E2E = end - arrival, TPOT = (end - first token) / (output tokens - 1), as SimResult defines them)."""
     ttft, tpot, e2e = [], [], []
-    ends = []
-    for r in per:
-        if r.get("ttft") is None or r.get("e2e") is None:
+    end = None
+    for r in result.per_request or ():
+        if r["status"] != "completed":
             continue
-        ttft.append(r["ttft"])
-        e2e.append(r["e2e"])
-        tpot.append(r.get("tpot"))
-        ends.append(r.get("finish_s", r.get("arrival_s", 0.0) + r["e2e"]))
+        a, f, e, n = r["arrival"], r["first_token"], r["end"], r["output_tokens"]
+        ttft.append(f - a)
+        e2e.append(e - a)
+        tpot.append((e - f) / (n - 1) if n > 1 else None)
+        end = e if end is None or e > end else end
+    req = result.requests
     start = trace.requests[0].arrival_s if trace.requests else 0.0
     return ShareOutcome(
-        total=req["total"], completed=req["completed"], rejected=req.get("rejected", 0),
-        failed=req.get("failed", 0), output_tokens=d["tokens"]["output"], start_s=start,
-        end_s=max(ends) if ends else start, ttft=tuple(ttft), tpot=tuple(tpot), e2e=tuple(e2e),
-        itl=dict(d["latency_s"]["itl"]), preemptions=int(d.get("preemptions", 0)),
+        total=req["total"], completed=req["completed"], rejected=req["rejected"], failed=req["failed"],
+        output_tokens=result.tokens["output"], start_s=start, end_s=start if end is None else end,
+        ttft=tuple(ttft), tpot=tuple(tpot), e2e=tuple(e2e), itl=dict(result.latency_s["itl"]),
+        preemptions=int(result.preemptions),
     )

@@ -79,13 +79,16 @@ class TuneSpace:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration that starts: the replica's request and plan, and its data-parallel count."""
+    """One configuration that starts: the deployment's request (data_parallel_size = DP replicas)
+    and its plan (KV blocks and batch limits per replica: what each replica's simulation uses)."""
 
     index: int  # position in the deduplicated list: also the deterministic tie-break
-    request: "PlanRequest"  # one replica (data_parallel_size 1): what the simulator runs
-    plan: "PlanResult"  # that replica's plan
-    data_parallel_size: int
-    serve_request: "PlanRequest"  # the whole deployment (data_parallel_size = DP): the serve command
+    request: "PlanRequest"
+    plan: "PlanResult"
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.request.data_parallel_size
 
     @property
     def gpus(self) -> int:
@@ -177,7 +180,7 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
                                 if mml < floor:
                                     yield None, dp, BELOW_WORKLOAD
                                     continue
-                                req = replace(base, gpu=gpu, tensor_parallel_size=tp, data_parallel_size=1,
+                                req = replace(base, gpu=gpu, tensor_parallel_size=tp, data_parallel_size=dp,
                                               kv_cache_dtype=kv, gpu_memory_utilization=util, max_model_len=mml,
                                               max_num_seqs=mns, max_num_batched_tokens=mnbt)
                                 if not same_memory:
@@ -187,40 +190,49 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
                                 yield req, dp, ""
 
 
-def expand(base: "PlanRequest", space: TuneSpace, trace: "Trace") -> tuple[list[Candidate], Pruned, int]:
-    """Plan every combination; return the ones that start (deduplicated), what was pruned, and the
-    workload's max_model_len floor."""
+def plan_combination(req: "PlanRequest", shared: Any = None) -> tuple[str, str, Optional["PlanResult"]]:
+    """(error kind, vLLM's text, plan): kind "" when the configuration starts. Runs in a worker."""
     from ..memory import plan
 
+    try:
+        res = plan(req, what_ifs=False)
+    except UsageError as exc:
+        return "invalid", str(exc), None
+    if not res.startup.ok:
+        return res.startup.error_kind or "does_not_start", res.startup.error or "", None
+    return "", "", res
+
+
+def expand(base: "PlanRequest", space: TuneSpace, trace: "Trace", plan_all=None) -> tuple[list[Candidate], Pruned, int]:
+    """Plan every combination; return the ones that start (deduplicated), what was pruned, and the
+    workload's max_model_len floor. ``plan_all(fn, requests)`` maps :func:`plan_combination` over the
+    requests (a process pool in a sweep; in this process by default)."""
     space.validate()
     floor = workload_floor(trace, space.coverage_pct)
     reasons: dict[str, int] = {}
     examples: dict[str, str] = {}
-    seen: set = set()
-    dupes = 0
-    out: list[Candidate] = []
-    for req, dp, why in combinations(base, space, floor):
+    to_plan = []
+    for req, _dp, why in combinations(base, space, floor):
         if req is None:
             reasons[why] = reasons.get(why, 0) + 1
             examples.setdefault(why, _skip_text(why, floor))
-            continue
-        try:
-            res = plan(req, what_ifs=False)
-        except UsageError as exc:
-            reasons["invalid"] = reasons.get("invalid", 0) + 1
-            examples.setdefault("invalid", str(exc))
-            continue
-        if not res.startup.ok:
-            kind = res.startup.error_kind or "does_not_start"
+        else:
+            to_plan.append(req)
+    planned = plan_all(plan_combination, to_plan) if plan_all else [plan_combination(r) for r in to_plan]
+    seen: set = set()
+    dupes = 0
+    out: list[Candidate] = []
+    for req, (kind, text, res) in zip(to_plan, planned):
+        if res is None:
             reasons[kind] = reasons.get(kind, 0) + 1
-            examples.setdefault(kind, res.startup.error or kind)
+            examples.setdefault(kind, text or kind)
             continue
-        key = (res.flags, res.parallel.gpus_per_replica, req.tensor_parallel_size, dp)
+        key = (res.flags, res.parallel)
         if key in seen:
             dupes += 1
             continue
         seen.add(key)
-        out.append(Candidate(len(out), req, res, dp, replace(req, data_parallel_size=dp)))
+        out.append(Candidate(len(out), req, res))
     pruned = Pruned(sum(reasons.values()), tuple(sorted(reasons.items())), tuple(sorted(examples.items())), dupes)
     return out, pruned, floor
 

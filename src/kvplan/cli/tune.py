@@ -1,0 +1,260 @@
+"""``kvplan tune``: search vLLM's flags, GPU type and TP × DP split for the configuration that serves a
+trace within its SLOs (kvplan.sim.tune). Thin: parse, call, render.
+
+The space flags take comma-separated lists (``--max-num-seqs 64,128,256``); the plan and traffic
+flags are those of ``kvplan plan`` and ``kvplan simulate``. Only typer and the standard library are
+imported at module level (``kvplan plan`` must stay fast).
+
+Exit codes: 0 a configuration meets the SLOs; 1 none does (the closest is named); 2 usage errors.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional, TypeVar
+
+import typer
+
+from ..errors import UsageError
+
+T = TypeVar("T")
+
+
+def parse_list(text: Optional[str], flag: str, item: Callable[[str], T], *, allow_default: bool = False) -> tuple:
+    """``"64,128,256"`` -> (64, 128, 256); duplicates dropped in order; ``default`` -> None (vLLM's
+    default) where allowed. Any bad item is a usage error naming the flag and the item."""
+    if text is None:
+        return ()
+    out: list = []
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            raise UsageError(f"{flag}: empty item in {text!r} (use e.g. {flag} 64,128)")
+        if allow_default and part.lower() == "default":
+            value = None
+        else:
+            try:
+                value = item(part)
+            except UsageError as exc:
+                raise UsageError(f"{flag}: {exc}") from None
+            except ValueError:
+                raise UsageError(f"{flag}: cannot read {part!r}") from None
+        if value not in out:
+            out.append(value)
+    return tuple(out)
+
+
+def _positive_int(text: str) -> int:
+    from .main import human_int
+
+    v = human_int(text, "value")
+    if v < 1:
+        raise UsageError(f"{text!r} must be at least 1")
+    return v
+
+
+def _fraction(text: str) -> float:
+    v = float(text)
+    if not 0 < v <= 1:
+        raise UsageError(f"{text!r} is not in (0, 1]")
+    return v
+
+
+def _kv_dtype(text: str) -> str:
+    from ..sim.tune_space import KV_DTYPES
+
+    v = text.lower()
+    if v not in KV_DTYPES:
+        raise UsageError(f"{text!r} is not one of {', '.join(KV_DTYPES)}")
+    return v
+
+
+def _gpu_name(text: str) -> str:
+    from ..hardware import find_gpu
+
+    return find_gpu(text).name
+
+
+def build_space(*, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization, kv_cache_dtype,
+                gpus, tp, gpu, coverage):
+    """The :class:`TuneSpace` of the CLI's list flags (unset flags keep the space's defaults)."""
+    from ..sim.tune import TuneSpace
+
+    kw: dict = {}
+    if max_num_seqs is not None:
+        kw["max_num_seqs"] = parse_list(max_num_seqs, "--max-num-seqs", _positive_int, allow_default=True)
+    if max_num_batched_tokens is not None:
+        kw["max_num_batched_tokens"] = parse_list(max_num_batched_tokens, "--max-num-batched-tokens", _positive_int,
+                                                  allow_default=True)
+    if max_model_len is not None:
+        kw["max_model_len"] = parse_list(max_model_len, "--max-model-len", _positive_int, allow_default=True)
+    if gpu_memory_utilization is not None:
+        kw["gpu_memory_utilization"] = parse_list(gpu_memory_utilization, "--gpu-memory-utilization", _fraction)
+    if kv_cache_dtype is not None:
+        kw["kv_cache_dtype"] = parse_list(kv_cache_dtype, "--kv-cache-dtype", _kv_dtype)
+    if gpus is not None:
+        kw["gpus"] = parse_list(gpus, "--gpus", _positive_int)
+    if tp is not None:
+        kw["tensor_parallel"] = parse_list(tp, "--tensor-parallel-size", _positive_int)
+    if gpu is not None:
+        kw["gpu"] = parse_list(gpu, "--gpu", _gpu_name)
+    if coverage is not None:
+        kw["coverage_pct"] = coverage
+    return TuneSpace(**kw).validate()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune_cmd)
+
+
+def tune_cmd(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type(s) from the catalog, comma-separated (e.g. A100-80GB,H100)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU (a custom GPU; no roofline without --profile)."),
+    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs)."),
+    tensor_parallel_size: Optional[str] = typer.Option(None, "--tensor-parallel-size", "-tp", "--tp",
+                                                       help="TP sizes, e.g. 1,2,4,8 (default: the powers of two dividing --gpus)."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="Without --gpus: the replicas of every TP."),
+    dtype: str = typer.Option("auto", "--dtype"),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
+    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="e.g. auto,fp8 (fp8 only on GPUs that support it)."),
+    gpu_memory_utilization: Optional[str] = typer.Option(None, "--gpu-memory-utilization", help="e.g. 0.9,0.95"),
+    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="e.g. 4K,8K; default: what the workload needs."),
+    max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="e.g. 64,128,256 ('default' = vLLM's)."),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="e.g. 2048,8192 ('default' = vLLM's)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version"),
+    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="Measured KV memory per GPU (base GPU/TP/utilization only)."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    # traffic (as `kvplan simulate`)
+    rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
+    requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps, or --rate)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: count tokens with this tokenizer."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests"),
+    duration: Optional[str] = typer.Option(None, "--duration", help="e.g. 60s, 5m"),
+    input_len: Optional[str] = typer.Option(None, "--input-len", help="N, uniform:LO:HI, normal:MEAN:STD."),
+    output_len: Optional[str] = typer.Option(None, "--output-len", help="Same syntax (the tokens each request generates)."),
+    arrival: str = typer.Option("poisson", "--arrival", help="constant, poisson or gamma:K."),
+    seed: int = typer.Option(0, "--seed"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A step-time profile from `kvplan calibrate`."),
+    coverage: Optional[float] = typer.Option(None, "--coverage", help="max_model_len must hold this percentile of prompt + "
+                                             "output (default: all requests; 99.9 with --requests)."),
+    # objective and execution
+    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p99=2s,tpot_p99=100ms"),
+    objective: str = typer.Option("goodput_per_gpu", "--objective", help="goodput_per_gpu or min_gpus."),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="Simulate every configuration, also those with "
+                                    "more GPUs than can beat the winner (full ranking and Pareto front)."),
+    all_replicas: bool = typer.Option(False, "--all-replicas", help="With DP: simulate every replica's share, not "
+                                      "one (percentiles over the whole trace; DP times the work)."),
+    processes: Optional[int] = typer.Option(None, "--processes", help="Parallel simulations (default: CPU count)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on this Ray cluster ('local': a private one)."),
+    top: int = typer.Option(10, "--top", help="Rows in the table / Markdown."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+) -> None:
+    """Search vLLM's flags, GPU type and TP × DP split for the best configuration under SLOs (simulated)."""
+    try:
+        if fmt not in ("table", "json", "markdown"):
+            raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
+        if top < 1:
+            raise UsageError(f"--top must be at least 1, got {top}")
+        from ..slo import parse_slo
+
+        slos = parse_slo(slo)
+        # --gpu-memory describes one custom GPU (named by --gpu): no catalog list then.
+        gpu_names = parse_list(gpu, "--gpu", _gpu_name) if gpu and not gpu_memory else ()
+        space = build_space(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                            kv_cache_dtype=kv_cache_dtype, gpus=gpus, tp=tensor_parallel_size,
+                            gpu=None if gpu_memory else gpu,
+                            coverage=coverage if coverage is not None else (99.9 if requests else None))
+        from .simulate import plan_request_from_flags
+
+        # The base is the first value of each list: the measured KV memory and a --profile describe it.
+        base = plan_request_from_flags(
+            model=model, gpu=gpu_names[0] if gpu_names else gpu, gpu_memory=gpu_memory, device=device,
+            tensor_parallel_size=space.tensor_parallel[0] if space.tensor_parallel else 1,
+            pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size, dtype=dtype,
+            quantization=quantization, kv_cache_dtype=space.kv_cache_dtype[0],
+            gpu_memory_utilization=space.gpu_memory_utilization[0], block_size=block_size,
+            enforce_eager=enforce_eager, vllm_version=vllm_version, kv_cache_memory=kv_cache_memory,
+            gpus_per_node=gpus_per_node)
+        trace = _trace(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
+                       duration=duration, input_len=input_len, output_len=output_len, arrival=arrival, seed=seed)
+        prof = None
+        if profile:
+            from ..sim import StepTimeProfile
+
+            prof = StepTimeProfile.load(profile)
+        from ..sim.tune import tune
+
+        result = tune(base, trace, slos, space=space, objective=objective, processes=processes,
+                      ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive)
+        text = _render(result, fmt, top, to_file=output is not None)
+        if output is not None:
+            from pathlib import Path
+
+            try:
+                Path(output).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+        elif text:
+            sys.stdout.write(text)
+    except UsageError as exc:
+        typer.echo(f"kvplan: error: {exc}", err=True)
+        raise typer.Exit(2)
+    if not result.ok:
+        c = result.closest
+        typer.echo("kvplan tune: no configuration meets the SLOs" + (f"; closest: {c.label}" if c else ""), err=True)
+        raise typer.Exit(1)
+
+
+def _render(result, fmt: str, top: int, to_file: bool) -> str:
+    if fmt == "json":
+        from ..report.tune_json import render_json
+
+        return render_json(result) + "\n"
+    if fmt == "markdown":
+        from ..report.tune_markdown import render_markdown
+
+        return render_markdown(result, top)
+    from ..report.tune_text import render_table
+
+    if to_file:
+        import io
+
+        from rich.console import Console
+
+        buf = io.StringIO()
+        render_table(result, top, Console(file=buf, width=160, no_color=True))
+        return buf.getvalue()
+    render_table(result, top)
+    return ""
+
+
+def _trace(*, rate, requests, tokenizer, num_requests, duration, input_len, output_len, arrival, seed):
+    """The trace, with ``kvplan simulate``'s rules and defaults (1,000 requests with --rate,
+    prompts 1024 and outputs 256 tokens unless given)."""
+    from ..slo import parse_seconds
+    from ..workload.lengthdist import parse_length
+
+    if rate is None and not requests:
+        raise UsageError("give --rate R (synthetic traffic) or --requests LOG (replay)")
+    if rate is not None and not rate > 0:
+        raise UsageError(f"--rate must be positive, got {rate}")
+    if num_requests is not None and num_requests < 1:
+        raise UsageError("--num-requests must be at least 1")
+    dur = parse_seconds(duration, "--duration") if duration else None
+    if requests:
+        from ..sim import trace_from_log
+
+        return trace_from_log([requests], tokenizer=tokenizer, rate=rate, arrival=arrival, seed=seed,
+                              num_requests=num_requests)
+    from ..sim import synthetic_trace
+
+    n = num_requests if num_requests is not None or dur is not None else 1000
+    return synthetic_trace(rate, num_requests=n, duration_s=dur,
+                           input_len=parse_length(input_len or "1024", "--input-len"),
+                           output_len=parse_length(output_len or "256", "--output-len"), arrival=arrival, seed=seed)

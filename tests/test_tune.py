@@ -1,0 +1,112 @@
+"""kvplan tune end to end through the real planner and simulator, on spaces small enough that the
+outcome is derived by hand.
+
+The step time is fixed by an explicit profile (10 ms per step, nothing else), so a request of 100
+prompt + 50 output tokens takes one prefill step and 49 decode steps. Qwen2.5-0.5B stores 12,288 B
+of bf16 KV per token (2 KV heads × 64 dims × 24 layers × 2 × 2 B), one 16-token block 196,608 B;
+fp8 halves both. With 105 blocks of bf16 memory given, bf16 has 104 usable blocks and fp8 209.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvplan.errors import UsageError
+from kvplan.hardware import find_gpu
+from kvplan.memory import PlanRequest
+from kvplan.models import load_model
+from kvplan.sim import StepTimeProfile, synthetic_trace
+from kvplan.sim.tune import TuneSpace, goodput_per_gpu_bound, tune
+from kvplan.slo import parse_slo
+from kvplan.workload.lengthdist import LengthDist
+
+STEP = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0, per_token_s=0.0,
+                       per_attn_pair_s=0.0, source="test: 10 ms per step")
+QWEN = load_model("Qwen/Qwen2.5-0.5B-Instruct")
+BLOCK_BF16 = 196_608
+BASE = PlanRequest(model=QWEN, gpu=find_gpu("H100"), gpu_memory_utilization=0.9, kv_cache_memory_bytes=105 * BLOCK_BF16)
+# 20 requests within 19 ms; each needs ceil(150 / 16) = 10 blocks at its end.
+BURST = synthetic_trace(1000, num_requests=20, input_len=LengthDist("fixed", 100), output_len=LengthDist("fixed", 50),
+                        arrival="constant")
+# 20 requests over 0.95 s: one GPU finishes them all by ~1.5 s (goodput ~13/s), so two GPUs cannot
+# beat it on goodput per GPU (at most 20 / 0.95 / 2 = 10.5).
+STEADY = synthetic_trace(20, num_requests=20, input_len=LengthDist("fixed", 100), output_len=LengthDist("fixed", 50),
+                         arrival="constant")
+TINY = TuneSpace(max_num_seqs=(64,), gpu_memory_utilization=(0.9,), kv_cache_dtype=("auto", "fp8"))
+
+
+def test_too_few_kv_blocks_miss_the_slo_and_the_config_that_cannot_start_is_pruned():
+    space = replace(TINY, tensor_parallel=(1, 4), max_model_len=(None, 10 ** 6))
+    res = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1)
+    # TP 4 does not divide 14 heads; 1,000,000 tokens exceed the model's 32,768: vLLM refuses both.
+    assert dict(res.pruned.by_reason) == {"max_model_len_above_derived": 4, "tp_heads": 2}
+    assert res.combinations == 8 and res.simulated == 2 and res.workload_max_model_len == 150
+    fp8, bf16 = res.rows
+    # fp8: 209 usable blocks hold all 20 requests (200 blocks): everyone starts within 3 steps.
+    assert fp8.flags["kv_cache_dtype"] == "fp8" and fp8.meets_slo and fp8.preemptions == 0
+    assert fp8.kv["num_gpu_blocks"] == 210 and fp8.latency_s["ttft"]["max"] <= 0.03 + 1e-9
+    # bf16: 104 usable blocks run about half of them; the rest wait for the first wave (~50 steps).
+    assert not bf16.meets_slo and bf16.kv["num_gpu_blocks"] == 105
+    assert bf16.latency_s["ttft"]["p99"] > 0.45 and bf16.miss > 2
+    assert res.winner is fp8 and res.ok and "--kv-cache-dtype fp8" in fp8.serve_command
+    assert fp8.profile == STEP.source and fp8.rank == 1 and bf16.rank == 2
+    d = res.to_dict()
+    assert d["winner"]["flags"]["kv_cache_dtype"] == "fp8" and d["pruned"]["total"] == 6
+    assert d["serve_command"] == fp8.serve_command and d["pareto"]["ranks"] == [1]
+
+
+def test_no_configuration_meets_then_the_closest_is_named():
+    res = tune(BASE, BURST, parse_slo("ttft_p99=1ms"), space=TINY, profile=STEP, processes=1)
+    assert not res.ok and res.winner is None
+    assert res.closest is res.rows[0] and res.closest.flags["kv_cache_dtype"] == "fp8"
+
+
+def test_min_gpus_and_the_bound_skip_configs_that_cannot_win():
+    space = replace(TINY, kv_cache_dtype=("fp8",), gpus=(1, 2))
+    slo = parse_slo("ttft_p99=200ms")
+    # The measured KV memory only holds for 1 GPU at TP 1; the 2-GPU configurations are estimated.
+    for objective in ("goodput_per_gpu", "min_gpus"):
+        res = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective)
+        full = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective, exhaustive=True)
+        assert res.winner.gpus == 1 and res.winner.to_dict() == full.winner.to_dict()
+        assert res.skipped == 2 and res.simulated == 1 and full.simulated == 3 and full.skipped == 0
+        assert any("cannot beat the winner" in n for n in res.notes)
+
+
+def test_goodput_bound_is_never_below_what_a_config_reaches():
+    for trace in (BURST, STEADY):
+        res = tune(BASE, trace, (), space=replace(TINY, gpus=(1, 2)), profile=STEP, processes=1, exhaustive=True)
+        assert len(res.rows) == 6  # TP1 DP1, TP1 DP2, TP2 DP1 × bf16, fp8
+        for row in res.rows:
+            assert 0 < row.goodput_per_gpu < goodput_per_gpu_bound(trace, row.flags["data_parallel_size"], row.gpus)
+
+
+def test_data_parallel_replicas_split_the_trace_round_robin():
+    space = replace(TINY, kv_cache_dtype=("fp8",), gpus=(2,), tensor_parallel=(1,))
+    one = tune(BASE, BURST, (), space=space, profile=STEP, processes=1)
+    every = tune(BASE, BURST, (), space=space, profile=STEP, processes=1, all_replicas=True)
+    (r1,), (r2,) = one.rows, every.rows
+    assert r1.flags["data_parallel_size"] == 2 and "--data-parallel-size 2" in r1.serve_command
+    assert r1.requests["total"] == 10 and r1.requests["replicas_simulated"] == 1
+    assert r2.requests["total"] == 20 and r2.requests["replicas_simulated"] == 2
+    # Each replica serves 10 of the 20 requests; throughput is the fleet's either way.
+    assert r1.throughput["requests_per_s"] == pytest.approx(r2.throughput["requests_per_s"], rel=0.1)
+
+
+def test_process_pool_and_serial_rank_identically():
+    space = replace(TINY, max_num_seqs=(4, 64), gpus=(1, 2))
+    serial = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1, exhaustive=True)
+    pooled = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=2, exhaustive=True)
+    assert serial.backend["kind"] == "serial" and pooled.backend["kind"] == "processes"
+    assert [r.to_dict() for r in serial.rows] == [r.to_dict() for r in pooled.rows]
+    assert serial.pareto == pooled.pareto and len(serial.rows) == 12  # 3 TP×DP splits × 2 seqs × 2 dtypes
+
+
+def test_usage_errors():
+    with pytest.raises(UsageError, match="--objective"):
+        tune(BASE, BURST, (), space=TINY, objective="cheapest")
+    with pytest.raises(UsageError, match="--max-num-seqs"):
+        tune(BASE, BURST, (), space=replace(TINY, max_num_seqs=(0,)))
+    with pytest.raises(UsageError, match="--processes"):
+        tune(BASE, BURST, (), space=TINY, processes=0)
