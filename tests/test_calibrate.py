@@ -284,3 +284,40 @@ def test_cli_json_and_usage_errors(tmp_path):
     bad.write_text("{\n  oops")
     r = _cli(str(bad))
     assert r.returncode == 2 and "bad.json:2: not JSON" in r.stderr
+
+
+# --------------------------------------------------------------------------- identifiability
+def test_terms_the_runs_cannot_tell_apart_are_not_fitted(fitted):
+    sel = fitted.fit["selection"]
+    # In these runs the KV read and the attention pairs per step grow with the batch and the prompt:
+    # they are (nearly) multiples of the per-sequence and per-token features, so they stay at 0.
+    assert set(sel["dropped_r2"]) == {"per_kv_token_s", "per_attn_pair_s"}
+    assert all(r2 > 0.95 for r2 in sel["dropped_r2"].values())
+    assert fitted.profile.per_kv_token_s == 0 and fitted.profile.per_attn_pair_s == 0
+    assert {"overhead_s", "per_seq_s", "per_token_s"} <= set(sel["kept"])
+
+
+def test_independent_features_are_all_kept():
+    from kvplan.sim.calibrate import select_coefficients
+
+    import random
+
+    rng = random.Random(3)
+    rows = [[1.0, rng.uniform(1, 30), rng.uniform(1, 3000), rng.uniform(0, 1e5), rng.uniform(0, 1e6), 0.0]
+            for _ in range(200)]
+    ys = [0.01 + 1e-3 * r[1] + 1e-5 * r[2] + 1e-8 * r[3] + 1e-9 * r[4] for r in rows]
+    kinds = ["decode"] * len(rows)
+    active, sel = select_coefficients(rows, ys, [1.0] * len(rows), kinds)
+    assert active == [0, 1, 2, 3, 4] and sel["dropped_r2"] == {}
+
+
+def test_cli_records_the_plan_of_the_served_flags(tmp_path):
+    r = _cli(str(MID), "--format", "json", "--model", "llama-3.1-8b", "--gpu", "H100", "--max-num-seqs", "64")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    cfg = d["fit"]["config"]
+    assert cfg["max_num_seqs"] == 64 and cfg["device"] == "cuda" and "vllm serve" in cfg["serve_command"]
+    assert d["profile"]["device"] == cfg["gpu"]
+    assert d["roofline_prior"]["source"].startswith("roofline default")  # the catalog prior, for comparison
+    r = _cli(str(MID), "--model", "llama-3.1-8b", "--device", "cpu", "--format", "json")
+    assert r.returncode == 0 and "roofline_prior" not in json.loads(r.stdout)  # no roofline for the CPU backend

@@ -364,6 +364,61 @@ def nnls(rows: Sequence[Sequence[float]], ys: Sequence[float], weights: Optional
     return [x[i] / scale[i] for i in range(n)]
 
 
+# --------------------------------------------------------------------------- which coefficients the runs identify
+#: The optional coefficients, simplest first: per sequence, per token, per KV entry read, per attention pair.
+OPTIONAL = (1, 2, 3, 4)
+#: A feature that the simpler ones already explain this well (weighted R²) cannot be told apart from them.
+COLLINEAR_R2 = 0.95
+
+
+def _nnls_subset(rows, ys, weights, active: Sequence[int]) -> list[float]:
+    sub = nnls([[row[i] for i in active] for row in rows], ys, weights)
+    coef = [0.0] * len(COEFFICIENTS)
+    for i, v in zip(active, sub):
+        coef[i] = v
+    return coef
+
+
+def _explained(rows, weights, target: int, by: Sequence[int]) -> float:
+    """Weighted R² of column ``target`` regressed (least squares) on the columns ``by``."""
+    a = [[sum(w * r[i] * r[j] for w, r in zip(weights, rows)) for j in by] for i in by]
+    b = [sum(w * r[i] * r[target] for w, r in zip(weights, rows)) for i in by]
+    x = _solve(a, b)
+    if x is None:
+        return 1.0
+    wsum = sum(weights) or 1.0
+    mean = sum(w * r[target] for w, r in zip(weights, rows)) / wsum
+    ss_tot = sum(w * (r[target] - mean) ** 2 for w, r in zip(weights, rows))
+    ss_res = sum(w * (r[target] - sum(c * r[i] for c, i in zip(x, by))) ** 2 for w, r in zip(weights, rows))
+    return 1.0 if ss_tot <= 0 else 1.0 - ss_res / ss_tot
+
+
+def select_coefficients(rows, ys, weights, kinds) -> tuple[list[int], dict[str, Any]]:
+    """Keep a coefficient only if its feature varies independently of the simpler ones in these runs.
+
+    Why: in a bench run the KV read per step grows with the batch (every sequence brings its
+    context), and prefill tokens with the arrival rate; an unconstrained fit then splits time between
+    terms it cannot tell apart, which extrapolates badly to other rates and lengths. Each optional
+    feature, simplest first, is regressed on the ones already kept; above COLLINEAR_R2 it is dropped
+    (its cost stays in the simpler terms) and the profile says so."""
+    active = [0] + ([5] if "ttft" in kinds else [])
+    dropped: dict[str, float] = {}
+    for i in OPTIONAL:
+        col = [r[i] for r in rows]
+        if not any(col):
+            dropped[COEFFICIENTS[i]] = 1.0
+            continue
+        r2 = _explained(rows, weights, i, active)
+        if r2 > COLLINEAR_R2:
+            dropped[COEFFICIENTS[i]] = round(r2, 4)
+        else:
+            active.append(i)
+    active.sort()
+    return active, {"method": f"a coefficient is fitted only if the simpler ones explain its feature with R² <= "
+                              f"{COLLINEAR_R2} (weighted, over the equations)",
+                    "kept": [COEFFICIENTS[i] for i in active], "dropped_r2": dropped}
+
+
 # --------------------------------------------------------------------------- quality
 def _pct(vals: Sequence[float], q: float) -> Optional[float]:
     if not vals:
@@ -543,13 +598,15 @@ def calibrate(results: Sequence[str | Path], *, records: Optional[Sequence[Optio
     # the mean step right: E2E is a sum of steps); between kinds they are relative to the kind's mean.
     scale = {k: sum(y for y, kk in zip(ys, kinds) if kk == k) / n for k, n in count.items() if n}
     weights = [1.0 / (scale[k] ** 2 * count[k]) if k in scale else 0.0 for k in kinds]
-    coef = nnls(rows, ys, weights)
+    active, cv = select_coefficients(rows, ys, weights, kinds)
+    coef = _nnls_subset(rows, ys, weights, active)
     pred = [sum(c * f for c, f in zip(coef, row)) for row in rows]
     fit: dict[str, Any] = {
         "method": "non-negative least squares (each kind of equation weighted equally): one equation per piece of "
                   "every request's decode window (window_chunks chunks), one TTFT equation per request that found the engine idle, one per run for vLLM's "
                   "mean prefill time",
         "coefficients": {name: coef[i] for i, name in enumerate(COEFFICIENTS)},
+        "selection": cv,
         "equations": {"decode_windows": n_d, "tpot_requests": n_t, "ttft": n_f, "prefill": n_p},
         "window_chunks": window_chunks,
         **_by_kind(pred, ys, kinds),
