@@ -127,7 +127,10 @@ def tune_cmd(
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version"),
     kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="Measured KV memory per GPU (base GPU/TP/utilization only)."),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU (base only)."),
+    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override", help="(base GPU/TP/utilization only)"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
     # traffic (as `kvplan simulate`)
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps, or --rate)."),
@@ -180,7 +183,8 @@ def tune_cmd(
             quantization=quantization, kv_cache_dtype=space.kv_cache_dtype[0],
             gpu_memory_utilization=space.gpu_memory_utilization[0], block_size=block_size,
             enforce_eager=enforce_eager, vllm_version=vllm_version, kv_cache_memory=kv_cache_memory,
-            gpus_per_node=gpus_per_node)
+            kv_cache_memory_bytes=kv_cache_memory_bytes, num_gpu_blocks_override=num_gpu_blocks_override,
+            gpus_per_node=gpus_per_node, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
         trace = _trace(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
                        duration=duration, input_len=input_len, output_len=output_len, arrival=arrival, seed=seed)
         prof = None

@@ -1,0 +1,107 @@
+"""`kvplan tune` as a user runs it: a real subprocess, real exit codes (0 a configuration meets the
+SLOs, 1 none does, 2 usage errors naming the flag), JSON / Markdown / table output and --output."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvplan.sim import StepTimeProfile
+
+# Qwen2.5-0.5B on an H100 with 105 blocks of bf16 KV memory (see tests/test_tune.py): fp8 holds a
+# burst of 20 requests at once, bf16 only about half.
+COMMON = ["--model", "qwen2.5-0.5b", "--gpu", "H100", "--kv-cache-memory-bytes", str(105 * 196_608),
+          "--gpu-memory-utilization", "0.9", "--max-num-seqs", "64", "--kv-cache-dtype", "auto,fp8",
+          "--rate", "1000", "--arrival", "constant", "--num-requests", "20", "--input-len", "100",
+          "--output-len", "50", "--processes", "1"]
+
+
+@pytest.fixture(scope="module")
+def profile_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tune") / "step.json"
+    StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0, per_token_s=0.0,
+                    per_attn_pair_s=0.0, source="test: 10 ms per step").save(path)
+    return str(path)
+
+
+def kvplan(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="160", KVPLAN_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", "tune", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_json_winner_and_exit_0(profile_file, tmp_path):
+    p = kvplan(*COMMON, "--profile", profile_file, "--slo", "ttft_p99=200ms", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["kind"] == "kvplan.tune" and d["ok"] is True and d["simulated"] == 2
+    assert d["winner"]["flags"]["kv_cache_dtype"] == "fp8" and d["winner"]["profile"] == "test: 10 ms per step"
+    assert d["serve_command"].startswith("vllm serve Qwen/Qwen2.5-0.5B-Instruct") and "--kv-cache-dtype fp8" in d["serve_command"]
+    assert [r["meets_slo"] for r in d["ranked"]] == [True, False]
+    assert d["workload_max_model_len"] == 150 and d["slo"] == {"ttft_p99": 0.2}
+
+
+def test_markdown_and_table_to_a_file(profile_file, tmp_path):
+    md = tmp_path / "tune.md"
+    p = kvplan(*COMMON, "--profile", profile_file, "--slo", "ttft_p99=200ms", "--format", "markdown", "--output", str(md))
+    assert p.returncode == 0 and p.stdout == "", p.stderr
+    text = md.read_text()
+    assert text.startswith("# kvplan tune") and "--kv-cache-dtype fp8" in text and "| 1 |" in text
+    table = tmp_path / "tune.txt"
+    p = kvplan(*COMMON, "--profile", profile_file, "--slo", "ttft_p99=200ms", "--output", str(table))
+    assert p.returncode == 0, p.stderr
+    assert "kvplan tune: OK" in table.read_text() and "meets" in table.read_text()
+
+
+def test_no_configuration_meets_exit_1_names_the_closest(profile_file):
+    p = kvplan(*COMMON, "--profile", profile_file, "--slo", "ttft_p99=1ms", "--format", "json")
+    assert p.returncode == 1
+    d = json.loads(p.stdout)
+    assert d["ok"] is False and d["winner"] is None and d["closest"]["flags"]["kv_cache_dtype"] == "fp8"
+    assert "no configuration meets the SLOs; closest:" in p.stderr and "kv=fp8" in p.stderr
+
+
+def test_pruned_configs_are_reported(profile_file):
+    p = kvplan(*COMMON, "--profile", profile_file, "--slo", "ttft_p99=200ms", "--tp", "1,4", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["pruned"]["by_reason"] == {"tp_heads": 2} and "divisible" in d["pruned"]["examples"]["tp_heads"]
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--max-num-seqs", "64,abc", "--max-num-seqs"),
+    ("--max-num-seqs", "64,,128", "--max-num-seqs"),
+    ("--gpu-memory-utilization", "0.9,1.5", "--gpu-memory-utilization"),
+    ("--kv-cache-dtype", "auto,int3", "--kv-cache-dtype"),
+    ("--gpus", "0", "--gpus"),
+    ("--tp", "two", "--tensor-parallel-size"),
+    ("--max-model-len", "4K,-1", "--max-model-len"),
+    ("--gpu", "H100,NoSuchGPU", "--gpu"),
+    ("--objective", "cheapest", "--objective"),
+    ("--format", "xml", "--format"),
+    ("--slo", "ttft=2s", "--slo"),
+    ("--processes", "0", "--processes"),
+    ("--top", "0", "--top"),
+    ("--coverage", "101", "--coverage"),
+    ("--rate", "-3", "--rate"),
+    ("--input-len", "uniform:9", "--input-len"),
+    ("--profile", "/nonexistent/profile.json", "profile"),
+])
+def test_bad_values_exit_2_naming_the_flag(flag, value, needle):
+    args = [a for a in COMMON]
+    if flag in args:
+        i = args.index(flag)
+        args[i + 1] = value
+    else:
+        args += [flag, value]
+    p = kvplan(*args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_traffic_is_required():
+    p = kvplan("--model", "qwen2.5-0.5b", "--gpu", "H100")
+    assert p.returncode == 2 and "--rate" in p.stderr
