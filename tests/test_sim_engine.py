@@ -130,3 +130,26 @@ def test_requests_are_never_lost():
             assert r.out == r.O
     assert all(0.0 <= row["kv_usage"] <= 1.0 for row in e.timeline)
     assert math.isclose(sum(c for _, c in e.itl_w) + len(e.itl_x), sum(r.out - 1 for r in e.reqs))
+
+
+class _NoStretch(Engine):
+    def _decode_stretch(self, next_arrival):  # the plain step loop, step by step
+        return None
+
+
+@pytest.mark.parametrize("async_sched", [False, True])
+def test_decode_stretches_give_the_step_by_step_result(async_sched):
+    prof = StepTimeProfile(overhead_s=0.004, per_seq_s=2e-5, weights_read_s=0.02, per_kv_token_s=1e-7,
+                           per_token_s=1e-4, per_attn_pair_s=1e-9)
+    reqs = [SimRequest(i * 0.37, 100 + (i * 53) % 900, 20 + (i * 29) % 400, "p" if i % 3 == 0 else None, 64)
+            for i in range(120)]
+    args = dict(requests=reqs, num_gpu_blocks=400, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024,
+                max_model_len=2048, profile=prof, async_scheduling=async_sched, timeline_interval_s=0.5)
+    a = Engine(**args).run()
+    b = _NoStretch(**args).run()
+    assert a.steps == b.steps and a.preemptions == b.preemptions
+    assert [r.t_first for r in a.reqs] == pytest.approx([r.t_first for r in b.reqs], abs=1e-9)
+    assert [r.t_end for r in a.reqs] == pytest.approx([r.t_end for r in b.reqs], abs=1e-9)
+    assert [(row["running"], row["waiting"], row["kv_usage"]) for row in a.timeline] == \
+        [(row["running"], row["waiting"], row["kv_usage"]) for row in b.timeline]
+    assert [d for d, _ in sorted(a.itl_w)] == pytest.approx([d for d, _ in sorted(b.itl_w)], abs=1e-9)

@@ -28,6 +28,7 @@ order (that is when preemptions happen).
 from __future__ import annotations
 
 import math
+import heapq
 from collections import deque
 from typing import Optional, Sequence
 
@@ -103,6 +104,7 @@ class Engine:
         self.G = 0
         self.buckets: list[set] = [set() for _ in range(block_size)]
         self.finish_at: dict[int, list] = {}
+        self.finish_heap: list[int] = []  # keys of finish_at, lazily cleaned
         self.n_dec = 0
         self.sum_off = 0
         self.pre: list[Req] = []  # running requests still prefilling, in running order
@@ -296,9 +298,18 @@ class Engine:
         r.status = DECODE
         r.off = nc - self.G
         self.buckets[r.off % self.bs].add(r)
-        self.finish_at.setdefault(self._finish_key(r), []).append(r)
+        self._push_finish(r)
         self.n_dec += 1
         self.sum_off += r.off
+
+    def _push_finish(self, r: Req) -> None:
+        key = self._finish_key(r)
+        lst = self.finish_at.get(key)
+        if lst is None:
+            self.finish_at[key] = [r]
+            heapq.heappush(self.finish_heap, key)
+        else:
+            lst.append(r)
 
     def _stall(self, r: Req, now: float) -> None:
         """A decoder skipped this step (budget spent before its turn): it falls one step behind."""
@@ -308,7 +319,7 @@ class Engine:
             r.irregular = True
         r.off -= 1
         self.buckets[r.off % self.bs].add(r)
-        self.finish_at.setdefault(self._finish_key(r), []).append(r)
+        self._push_finish(r)
         self.n_dec += 1
         self.sum_off += r.off
 
@@ -317,7 +328,7 @@ class Engine:
         reqs, n = self.reqs, len(self.reqs)
         mml, bs, pool = self.mml, self.bs, self.pool
         nxt = 0
-        last_start = last_end = -1.0
+        self._last_start = self._last_end = -1.0
         self.next_sample = self.interval
         rejected_reasons: dict[str, int] = {}
         self.rejected_reasons = rejected_reasons
@@ -325,7 +336,7 @@ class Engine:
         while True:
             # arrivals the scheduler can see: with async scheduling the step starting now was
             # scheduled when the previous one started (EngineCore.step_with_batch_queue)
-            vis = last_start if (self.async_sched and last_end == self.t) else self.t
+            vis = self._last_start if (self.async_sched and self._last_end == self.t) else self.t
             while nxt < n and reqs[nxt].arrival <= vis:
                 r = reqs[nxt]
                 nxt += 1
@@ -346,10 +357,14 @@ class Engine:
                 if nxt >= n:
                     break
                 self.t = max(self.t, reqs[nxt].arrival)
-                last_end = -1.0
+                self._last_end = -1.0
                 continue
             if self.max_steps is not None and self.steps >= self.max_steps:
                 break
+            if (self.simple and self.n_dec and not self.pre and not self.waiting and not self.pending
+                    and not self._irregular):
+                if self._decode_stretch(reqs[nxt].arrival if nxt < n else _INF):
+                    continue  # time moved: take in the arrivals before the next scheduled step
             t_start = self.t
             tokens, seqs, kv_read, pairs, n_sched_dec, stalled, preempted = self._schedule(t_start)
             released = False
@@ -371,14 +386,14 @@ class Engine:
                     continue
                 if not self.running and nxt < n:
                     self.t = max(self.t, reqs[nxt].arrival)
-                    last_end = -1.0
+                    self._last_end = -1.0
                     continue
                 if not self.running and not self.waiting:
                     continue
                 # nothing runnable now (e.g. waiting for frees): advance to the next arrival
                 if nxt < n:
                     self.t = max(self.t, reqs[nxt].arrival)
-                    last_end = -1.0
+                    self._last_end = -1.0
                     continue
                 break  # pragma: no cover - a stuck state; the remaining requests stay unfinished
             dt = self.profile.time(tokens, seqs, kv_read, pairs)
@@ -386,7 +401,7 @@ class Engine:
             self.steps += 1
             self.busy_s += dt
             self._finish_step(t_start, t_end, n_sched_dec, stalled)
-            last_start, last_end = t_start, t_end
+            self._last_start, self._last_end = t_start, t_end
             self.t = t_end
             self.step_tokens_acc += tokens
             u = pool.usage
@@ -400,6 +415,63 @@ class Engine:
         if not self.timeline or self.timeline[-1]["t"] < self.t:
             self._sample(self.t)
         return self
+
+    def _next_finish(self) -> float:
+        fh, fa = self.finish_heap, self.finish_at
+        while fh and not fa.get(fh[0]):
+            k = heapq.heappop(fh)
+            fa.pop(k, None)
+        return fh[0] if fh else _INF
+
+    def _decode_stretch(self, next_arrival: float) -> int:
+        """Steps where every running request decodes and nothing arrives, finishes or waits: the
+        schedule is known (one token each, blocks for the boundary crossers), so run them without
+        the scheduler - only the step time (the KV read grows by one token per request per step),
+        the block count and the ITL record."""
+        G, n, bs, pool = self.G, self.n_dec, self.bs, self.pool
+        stop = self._next_finish()
+        if stop - G < 2:
+            return 0
+        prof_time, buckets, itl = self.profile.time, self.buckets, self.itl_w
+        kv = n * (G + 1) + self.sum_off
+        t = self.t
+        last_start, last_end = self._last_start, self._last_end
+        async_sched, usable = self.async_sched, pool.usable
+        max_steps = self.max_steps
+        steps = 0
+        while G < stop:
+            vis = last_start if (async_sched and last_end == t) else t
+            if next_arrival <= vis:
+                break
+            b = len(buckets[(-G) % bs])
+            if b > pool.free:
+                break
+            if max_steps is not None and self.steps + steps >= max_steps:
+                break
+            if b:
+                pool.take(b)
+            dt = prof_time(n, n, kv, 0.0)
+            itl.append((dt, n))
+            last_start, last_end = t, t + dt
+            t += dt
+            kv += n
+            G += 1
+            steps += 1
+            self.busy_s += dt
+            self.step_tokens_acc += n
+            if t >= self.next_sample:
+                self.G, self.t = G, t
+                while t >= self.next_sample:
+                    self._sample(self.next_sample)
+                    self.next_sample += self.interval
+        if steps:
+            u = 1.0 - pool.free / usable if usable else 0.0
+            if u > self.kv_peak:
+                self.kv_peak = u
+            self.G, self.t = G, t
+            self.steps += steps
+            self._last_start, self._last_end = last_start, last_end
+        return steps
 
     def _sample(self, t: float) -> None:
         span = t - self._last_sample_t
