@@ -57,6 +57,7 @@ class Runner:
         self.shared = shared
         self._pool = None
         self._shared_ref = None
+        self._ray_owned = False  # this runner joined the cluster: it leaves it at the end
 
     def __enter__(self) -> "Runner":
         return self
@@ -65,6 +66,9 @@ class Runner:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._ray_owned:
+            _ray().shutdown()
+            self._ray_owned = False
 
     def map(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> list[Any]:
         """``[fn(task, shared) for task in tasks]``, in task order. ``fn`` must be a module-level
@@ -89,7 +93,9 @@ class Runner:
         global _RAY_FN
         ray = _ray()
         if self._shared_ref is None:
-            _connect(self.backend.address or "local")
+            if not ray.is_initialized():
+                _connect(self.backend.address or "local")
+                self._ray_owned = True
             self._shared_ref = ray.put(self.shared)
         if _RAY_FN is None:
             _RAY_FN = ray.remote(num_cpus=1)(_ray_chunk)
@@ -134,10 +140,8 @@ def _ray_chunk(fn, shared, chunk):
 def _connect(address: str) -> None:
     """Join the cluster at ``address`` (``local``: a private instance for this run). Nothing
     listening at a host:port address is a usage error within seconds (Ray itself retries for
-    minutes)."""
+    minutes). A caller already connected to Ray keeps its connection (and its cluster)."""
     ray = _ray()
-    if ray.is_initialized():
-        return
     kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
     if address != "local":
         kwargs["address"] = address
