@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,20 @@ def test_bad_values_exit_2_naming_the_flag(flag, value, needle):
 def test_traffic_is_required():
     p = kvplan("--model", "qwen2.5-0.5b", "--gpu", "H100")
     assert p.returncode == 2 and "--rate" in p.stderr
+
+
+def test_request_log_sets_the_coverage_target_of_max_model_len():
+    from kvplan.sim import trace_from_log
+    from kvplan.sim.tune_space import workload_floor
+
+    log = str(Path(__file__).parents[1] / "src/kvplan/workload/examples/customer_service.jsonl.gz")
+    p = kvplan("--model", "qwen2.5-1.5b", "--gpu", "L4", "--requests", log, "--rate", "5", "--num-requests", "2000",
+               "--max-num-seqs", "64", "--kv-cache-dtype", "auto", "--gpu-memory-utilization", "0.9",
+               "--processes", "1", "--format", "json")
+    assert p.returncode in (0, 1), p.stderr
+    d = json.loads(p.stdout)
+    trace = trace_from_log([log], rate=5, num_requests=2000, seed=0)
+    assert d["space"]["coverage_pct"] == 99.9
+    # P99.9 of prompt + output (nearest rank), below the longest request: vLLM rejects the longest few.
+    assert d["workload_max_model_len"] == workload_floor(trace, 99.9) < workload_floor(trace, None)
+    assert d["ranked"][0]["flags"]["max_model_len"] == d["workload_max_model_len"]
