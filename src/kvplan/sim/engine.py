@@ -498,9 +498,8 @@ class Engine:
             if self.pre:
                 pend = self.pending
                 used = 0
-                for p in self.pre:
+                for before_pre, p in enumerate(self.pre):  # pre is in running order (both append at admission)
                     idx = running.index(p)
-                    before_pre = sum(1 for q in self.pre if q is not p and running.index(q) < idx)
                     before_pend = sum(1 for q in pend if running.index(q) < idx) if pend else 0
                     left = budget - (idx - before_pre - before_pend) - used
                     dem = p.P + p.out - p.nc

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 VLLM_SEMANTICS = "vLLM V1 scheduler, 0.32/0.33 source (vllm/v1/core/sched/scheduler.py)"
 SAMPLE_CAP = 20_000
+MAX_TIMELINE_ROWS = 5_000  # a million-request run keeps a chart-sized timeline
 
 
 class PlanDoesNotStart(KvplanError):
@@ -180,9 +181,24 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
         engine={"steps": engine.steps, "busy_s": _r(engine.busy_s), "simulated_s": _r(engine.t),
                 "max_waiting": engine.max_waiting, "mean_step_s": _r(engine.busy_s / engine.steps)
                 if engine.steps else None},
-        timeline=tuple(engine.timeline), first_token_order=tuple(engine.first_order), saturation=sat,
+        timeline=_coarsen(engine.timeline, MAX_TIMELINE_ROWS), first_token_order=tuple(engine.first_order), saturation=sat,
         profile=profile.to_dict(), trace=trace.to_dict(), checks=tuple(checks), per_request=per,
         samples={"ttft": cap(ttft), "e2e": cap(e2e), "tpot": cap(tpot)}, notes=notes)
+
+
+def _coarsen(rows: list, cap: int) -> tuple:
+    """At most ``cap`` rows: groups of k consecutive rows become one (the group's last state, its
+    mean tokens per second)."""
+    if len(rows) <= cap:
+        return tuple(rows)
+    k = -(-len(rows) // cap)
+    out = []
+    for i in range(0, len(rows), k):
+        grp = rows[i:i + k]
+        row = dict(grp[-1])
+        row["tokens_per_s"] = round(sum(g["tokens_per_s"] for g in grp) / len(grp), 3)
+        out.append(row)
+    return tuple(out)
 
 
 _STATUS = {0: "waiting", 1: "prefill", 2: "decode", 3: "completed", 4: "rejected"}
