@@ -123,3 +123,10 @@ def test_request_log_sets_the_coverage_target_of_max_model_len():
     # P99.9 of prompt + output (nearest rank), below the longest request: vLLM rejects the longest few.
     assert d["workload_max_model_len"] == workload_floor(trace, 99.9) < workload_floor(trace, None)
     assert d["ranked"][0]["flags"]["max_model_len"] == d["workload_max_model_len"]
+
+
+def test_nothing_starts_exit_1_with_the_reasons(profile_file):
+    p = kvplan(*COMMON, "--profile", profile_file, "--tp", "4", "--format", "json")
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["simulated"] == 0
+    assert "no configuration of the space starts (tp_heads 2)" in p.stderr

@@ -211,7 +211,12 @@ def tune_cmd(
         raise typer.Exit(2)
     if not result.ok:
         c = result.closest
-        typer.echo("kvplan tune: no configuration meets the SLOs" + (f"; closest: {c.label}" if c else ""), err=True)
+        if c is None:
+            reasons = ", ".join(f"{k} {n}" for k, n in result.pruned.by_reason)
+            typer.echo(f"kvplan tune: no configuration of the space starts ({reasons})", err=True)
+        else:
+            typer.echo(f"kvplan tune: no configuration meets the SLOs; closest: {c.label} "
+                       f"(worst SLO at {c.miss:.2f}× its limit)", err=True)
         raise typer.Exit(1)
 
 

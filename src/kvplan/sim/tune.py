@@ -2,10 +2,10 @@
 
 1. Expand the search space and plan every combination (:mod:`.tune_space`): what vLLM would
    refuse to start is pruned and counted by vLLM's error kind; identical resolved flags run once.
-2. Simulate each configuration (:mod:`.tune_exec`: serial, a process pool, or Ray). With data
-   parallelism the trace is split round-robin over the replicas, each replica (one
-   ``simulate`` of the replica's config on its share) sees rate / DP, and the replicas' requests are
-   combined into the fleet's percentiles: every configuration is judged on the same requests.
+2. Simulate each configuration (:mod:`.tune_exec`: serial, a process pool, or Ray), fewest GPUs
+   first, skipping GPU counts that cannot beat the best configuration found. With data
+   parallelism the trace is split round-robin over the replicas (each sees rate / DP) and one
+   replica is simulated on its share (:mod:`.tune_share`; or all of them, combined).
 3. Judge each against the SLOs and rank it (:mod:`.tune_rank`): goodput per GPU (requests/s meeting
    every SLO per GPU) or the fewest GPUs; the Pareto front of output tokens/s per GPU against the
    SLO's latency; the winner's ``vllm serve`` command.
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 
-__all__ = ["TuneSpace", "TuneRow", "TuneResult", "tune", "OBJECTIVES"]
+__all__ = ["TuneSpace", "TuneRow", "TuneResult", "tune", "goodput_per_gpu_bound", "OBJECTIVES"]
 
 
 @dataclass(frozen=True)
