@@ -256,9 +256,15 @@ def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: 
     prof = profile or default_profile(request, plan_result)
     probes: list[dict] = []
 
+    judge_errors = not any(s.key == "error_rate" for s in slo)  # else the SLO's error_rate decides
+    last: dict = {}
+
     def ok(rate: float) -> bool:
         res = simulate(request, make_trace(rate), profile=prof, plan_result=plan_result, slo=slo, **sim_kwargs)
-        good = (not res.saturation.get("saturated")) and res.passed and res.requests["failed"] == 0
+        good = (not res.saturation.get("saturated")) and res.passed and (
+            res.requests["failed"] == 0 or not judge_errors)
+        last["rejected"] = res.requests["rejected"]
+        last["total"] = res.requests["total"]
         probes.append({"rate": _r(rate), "ok": good, "saturated": res.saturation.get("saturated"),
                        "ttft_p99": res.latency_s["ttft"]["p99"], "tpot_p99": res.latency_s["tpot"]["p99"],
                        "e2e_p99": res.latency_s["e2e"]["p99"],
@@ -266,7 +272,11 @@ def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: 
         return good
 
     if not ok(lo):
-        return {"max_rate": None, "probes": probes, "reason": f"not sustainable even at {lo:g} req/s"}
+        why = f"not sustainable even at {lo:g} req/s"
+        if last.get("rejected"):
+            why += (f": {last['rejected']} of {last['total']} requests are rejected (prompt >= max_model_len); "
+                    "allow some with --slo error_rate=...")
+        return {"max_rate": None, "probes": probes, "reason": why}
     if hi is None:
         hi = lo * 2
         while ok(hi):
@@ -306,6 +316,7 @@ def capacity_boundary(request: "PlanRequest", make_trace, *, slo: Sequence["Slo"
             if pr.startup.ok:
                 sat = find_saturation(req, make_trace, slo=slo, profile=profile, plan_result=pr, **kwargs)
                 entry["max_sustainable_qps"] = sat["max_rate"]
+                entry["reason"] = sat["reason"]
                 entry["max_num_batched_tokens"] = pr.flags.max_num_batched_tokens
         rows.append(entry)
     return rows
