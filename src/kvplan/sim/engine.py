@@ -172,8 +172,10 @@ class Engine:
         return n
 
     # -- requests in and out ----------------------------------------------------------------------
-    def _release(self, r: Req) -> None:
-        """``KVCacheManager.free``: every block back to the free queue, tail first."""
+    def _release(self, r: Req, preempted: bool = False) -> None:
+        """``KVCacheManager.free``: every block back to the free queue, tail first. A preempted
+        request's own full blocks stay findable (its private chain: it hits them when it resumes);
+        a finished request's are anonymous (nobody else has their tokens)."""
         pool = self.pool
         nc = self._nc(r)
         if not self.simple:
@@ -182,20 +184,24 @@ class Engine:
             return
         total = -(-nc // self.bs)
         full = nc // self.bs
+        pv = r.pv if r.ext is not None and r.ext is r.pv else None
         if r.ext is not None and r.ext is r.sh:
             sh_h = min(full, total)
             pv_h = 0
         else:
             sh_h = r.sh_h
-            pv_h = max(0, full - r.pv_base) if r.pv is not None else 0
-        anon = total - sh_h - pv_h
+            pv_h = max(0, full - r.pv_base) if self.caching else 0
+            if pv is None and pv_h and preempted:
+                pv = r.pv = Chain()  # created only now: most requests are never preempted
+        anon = total - sh_h - (pv_h if pv is not None else 0)
         pool.release_anonymous(anon)
-        if r.pv is not None and pv_h > 0:
-            pv = r.pv
-            pv.extender = None
-            pool.release_holder(pv, pv_h, was_extender=True)
-        elif r.pv is not None:
-            r.pv.extender = None
+        if pv is not None:
+            if pv_h > 0:
+                pool.release_holder(pv, pv_h, was_extender=True)
+            else:
+                pv.extender = None
+        if not preempted:
+            r.pv = None
         if r.sh is not None:
             pool.release_holder(r.sh, sh_h, was_extender=r.ext is r.sh)
         r.ext = None
@@ -242,11 +248,9 @@ class Engine:
             r.pv = None
             return
         else:
-            if self.caching:
-                r.pv = Chain()
-                r.pv_base = hs
-                r.pv.extender = r
-                r.ext = r.pv
+            r.ext = None  # its own blocks: a private chain is made only if it is preempted
+            r.pv = None
+            r.pv_base = hs
         if ch is not None and hs > 0:
             pool.add_holder(ch, hs)
         r.sh_h = hs
@@ -271,7 +275,7 @@ class Engine:
             self._release(r)
             r.status = DONE
             return
-        self._release(r)
+        self._release(r, preempted=True)
         r.status = WAITING
         r.nc = 0
         r.irregular = True
