@@ -1,0 +1,91 @@
+"""Traffic for the simulator: synthetic traces, request-log replay (the bundled real log),
+saturation search, and the HTML report."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.errors import UsageError
+from kvplan.sim import find_saturation, simulate, synthetic_trace, trace_from_log
+from kvplan.sim.trace import parse_arrival
+from kvplan.workload.lengthdist import parse_length
+
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "src/kvplan/workload/examples/customer_service.jsonl.gz")
+
+
+def test_synthetic_trace_bounds_and_arrivals():
+    fixed = parse_length("100", "x")
+    tr = synthetic_trace(10, num_requests=50, input_len=fixed, output_len=fixed, arrival="constant")
+    assert len(tr) == 50 and tr.requests[0].arrival_s == 0.0
+    assert tr.requests[1].arrival_s == pytest.approx(0.1)
+    tr = synthetic_trace(10, duration_s=5, input_len=fixed, output_len=fixed, arrival="gamma:0.5", seed=3)
+    assert all(r.arrival_s < 5 for r in tr.requests) and 20 < len(tr) < 90
+    assert "gamma:0.5" in tr.source
+    for bad in ("gamma:0", "gamma:x", "weibull", ""):
+        with pytest.raises(UsageError):
+            parse_arrival(bad)
+    with pytest.raises(UsageError):
+        synthetic_trace(10, input_len=fixed, output_len=fixed)  # unbounded
+    with pytest.raises(UsageError):
+        synthetic_trace(10, num_requests=5, input_len=parse_length("log", "x"), output_len=fixed)
+
+
+def test_trace_from_the_bundled_log_counts_and_conversations():
+    tr = trace_from_log(EXAMPLE, num_requests=600)
+    assert len(tr) == 600
+    # records without server usage cannot be counted without a tokenizer: counted, not dropped
+    skipped = dict(tr.skipped)
+    assert skipped.get("no_tokenizer", 0) > 0
+    arrivals = [r.arrival_s for r in tr.requests]
+    assert arrivals == sorted(arrivals) and arrivals[0] == 0.0  # replayed timestamps
+    follow_ups = [r for r in tr.requests if r.prefix_tokens > 0]
+    assert follow_ups and all(r.prefix_id.startswith("session:") for r in follow_ups)
+    assert all(r.prefix_tokens < r.prompt_tokens for r in follow_ups)
+    at_rate = trace_from_log(EXAMPLE, num_requests=100, rate=5.0, seed=1)
+    assert 10 < at_rate.requests[-1].arrival_s < 40
+
+
+def test_replayed_conversations_hit_the_prefix_cache(tmp_path):
+    from tests.test_sim_api import _req
+
+    tr = trace_from_log(EXAMPLE, num_requests=400)
+    on = simulate(_req(4096), tr).to_dict()
+    off = simulate(_req(4096), tr, enable_prefix_caching=False).to_dict()
+    assert on["tokens"]["prefix_cache_hit_tokens"] > 0 == off["tokens"]["prefix_cache_hit_tokens"]
+    assert on["tokens"]["prompt_computed"] < off["tokens"]["prompt_computed"]
+    assert on["requests"]["completed"] == off["requests"]["completed"] == 400
+
+
+def test_bad_log_is_a_usage_error_naming_the_file(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"nothing": 1}\nnot json\n')
+    with pytest.raises(UsageError, match="bad.jsonl"):
+        trace_from_log(str(p))
+
+
+def test_find_saturation_brackets_the_sustainable_rate():
+    from tests.test_sim_api import _req
+
+    def make(rate):
+        return synthetic_trace(rate, num_requests=300, input_len=parse_length("uniform:800,1200", "x"),
+                               output_len=parse_length("512", "x"), seed=0)
+
+    out = find_saturation(_req(), make, lo=0.5, hi=8.0, rel_tol=0.1)
+    assert out["max_rate"] is not None and 0.5 <= out["max_rate"] < out["first_failing_rate"] <= 8.0
+    ok = [p["rate"] for p in out["probes"] if p["ok"]]
+    bad = [p["rate"] for p in out["probes"] if not p["ok"]]
+    assert max(ok) == out["max_rate"] and min(bad) == out["first_failing_rate"]
+
+
+def test_html_report_escapes_and_draws(tmp_path):
+    from kvplan.report.sim_html import render_html
+    from tests.test_sim_api import _req, _trace
+
+    d = simulate(_req(), _trace(n=60)).to_dict()
+    d["trace"]["source"] = "<script>alert(1)</script>"
+    page = render_html(d)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert page.count("<svg") >= 4
+    json.dumps(d)
