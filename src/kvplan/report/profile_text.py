@@ -38,22 +38,27 @@ def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Option
     if r.startup.get("kv_line"):
         console.print(f"start-up log: {escape(r.startup['kv_line'])}")
     checks = Table(title="measured vs planned")
-    for col in ("check", "status", "measured", "planned", "tolerance", "evidence"):
-        checks.add_column(col, overflow="fold")
+    for col in ("check", "status", "measured", "planned", "tolerance"):
+        checks.add_column(col, justify="right" if col in ("measured", "planned") else "left")
     for c in r.checks:
         checks.add_row(escape(c.title), f"[{_STYLE.get(c.status, '')}]{c.status}[/]", escape(_fmt(c.measured)),
-                       escape(_fmt(c.planned)), escape(c.tolerance), escape(c.evidence))
+                       escape(_fmt(c.planned)), escape(c.tolerance))
     console.print(checks)
+    for c in r.checks:
+        console.print(f"  [{_STYLE.get(c.status, '')}]{escape(c.id)}[/]: {escape(c.evidence)}")
+    # blocks: measured in use; ceil: ceil(tokens / block_size) per request; reserve: max_model_len / block_size
     steps = Table(title="probes (scraped while the requests ran)")
-    for col in ("step", "requests", "tokens (prompt+max)", "KV usage peak", "blocks measured",
-                "blocks/request (ceil)", "max_model_len blocks", "running", "waiting", "seconds"):
-        steps.add_column(col, justify="right" if col != "step" else "left")
+    for col in ("step", "requests", "tokens", "KV peak", "blocks", "ceil/req", "reserve/req", "running", "waiting",
+                "s"):
+        steps.add_column(col, justify="left" if col == "step" else "right")
     for st in r.steps:
         steps.add_row(st.name, str(st.requests), f"{st.prompt_tokens:,}+{st.max_tokens}",
-                      "-" if st.peak_kv_usage is None else f"{st.peak_kv_usage:.4%}", _fmt(st.measured_kv_blocks),
+                      "-" if st.peak_kv_usage is None else f"{st.peak_kv_usage:.3%}", _fmt(st.measured_kv_blocks),
                       str(st.expected_kv_blocks_per_request), str(st.max_model_len_blocks), _fmt(st.peak_running),
                       _fmt(st.peak_waiting), f"{st.seconds:.1f}")
     console.print(steps)
+    console.print("blocks = KV blocks in use at the peak; ceil/req = ceil(tokens / block_size); reserve/req = the "
+                  "blocks a max_model_len reservation would take")
     if r.gpu.get("notice"):
         console.print(f"GPU: {escape(r.gpu['notice'])}")
     for note in r.notes:
