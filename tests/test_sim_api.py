@@ -111,3 +111,12 @@ def test_cli_slo_missed_exits_1_and_markdown_renders():
                             "--max-model-len", "2048", "--slo", "ttft_p99=1s", "--format", "markdown"])
     assert r.exit_code == 1, r.output
     assert "| ttft_p99 |" in r.output and "MISSED" in r.output
+
+
+def test_hybrid_model_groups_carry_the_models_window():
+    req = PlanRequest(model=load_model("gpt-oss-120b"), gpu=find_gpu("H100"), tensor_parallel_size=2)
+    d = simulate(req, _trace(rate=2, n=40)).to_dict()
+    kinds = [tuple(g[:2]) for g in d["config"]["kv_groups"]]
+    assert ("sliding", 128) in kinds and ("full", 0) in kinds
+    assert d["requests"]["completed"] == 40
+    assert d["kv_cache"]["prefix_caching"] is False and any("hybrid" in n for n in d["notes"])

@@ -35,17 +35,20 @@ def _groups(plan_result, request) -> tuple[tuple[str, int, int], ...]:
     """(kind, window, fixed blocks) per KV group, from the plan's layout and the model's layers."""
     windows = {"sliding": 0, "chunked": 0}
     for layer in getattr(request.model, "layers", ()):
-        kind = getattr(layer, "kind", "")
+        mixer = getattr(layer, "mixer", layer)
+        kind = getattr(mixer, "kind", "")
         if kind == "sliding":
-            windows["sliding"] = max(windows["sliding"], int(getattr(layer, "window", 0) or 0))
+            windows["sliding"] = max(windows["sliding"], int(getattr(mixer, "window", 0) or 0))
         elif kind == "chunked":
-            windows["chunked"] = max(windows["chunked"], int(getattr(layer, "chunk", 0) or 0))
+            windows["chunked"] = max(windows["chunked"], int(getattr(mixer, "chunk", 0) or 0))
     out = []
     for g in plan_result.kv.groups:
         if g.kind in ("full", "mla"):
             out.append((g.kind, 0, 0))
         elif g.kind in ("sliding", "chunked"):
-            out.append((g.kind, windows[g.kind] or 10 ** 9, g.blocks_per_request))
+            if not windows[g.kind]:
+                raise UsageError(f"{plan_result.model.id}: a {g.kind} KV group but no layer gives its window")
+            out.append((g.kind, windows[g.kind], g.blocks_per_request))
         else:
             out.append((g.kind, 0, g.blocks_per_request))
     return tuple(out) or (("full", 0, 0),)
