@@ -456,17 +456,18 @@ class Engine:
         async_sched, usable = self.async_sched, pool.usable
         max_steps = self.max_steps
         steps = 0
+        free = pool.free
+        owed = 0  # blocks taken by the stretch, handed to the pool in one go
         while G < stop:
             vis = last_start if (async_sched and last_end == t) else t
             if next_arrival <= vis:
                 break
             b = len(buckets[(-G) % bs])
-            if b > pool.free:
+            if b > free - owed:
                 break
             if max_steps is not None and self.steps + steps >= max_steps:
                 break
-            if b:
-                pool.take(b)
+            owed += b
             dt = prof_time(n, n, kv, 0.0)
             itl.append((dt, n))
             last_start, last_end = t, t + dt
@@ -477,10 +478,14 @@ class Engine:
             self.busy_s += dt
             self.step_tokens_acc += n
             if t >= self.next_sample:
+                pool.take(owed)
+                free -= owed
+                owed = 0
                 self.G, self.t = G, t
                 while t >= self.next_sample:
                     self._sample(self.next_sample)
                     self.next_sample += self.interval
+        pool.take(owed)
         if steps:
             u = 1.0 - pool.free / usable if usable else 0.0
             if u > self.kv_peak:

@@ -11,6 +11,7 @@ step for the requests that decoded back to back - so a million-request run stays
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
@@ -39,18 +40,16 @@ def summarize(xs: Sequence[float]) -> dict:
 def summarize_weighted(pairs: Sequence[tuple[float, int]]) -> dict:
     """The same summary over (value, count) pairs, as if each value were repeated count times
     (numpy's linear interpolation on the expanded, sorted array)."""
-    items = sorted((v, c) for v, c in pairs if c > 0)
-    n = sum(c for _, c in items)
+    items = sorted(pairs)
+    if any(c <= 0 for _, c in items):
+        items = [(v, c) for v, c in items if c > 0]
     out: dict[str, Any] = {}
-    if n == 0:
+    if not items:
         out.update({k: None for k, _ in STATS})
         out.update({"max": None, "mean": None, "count": 0})
         return out
-    cum: list[int] = []
-    acc = 0
-    for _, c in items:
-        acc += c
-        cum.append(acc)  # cum[j] = index after the last copy of items[j]
+    cum = list(itertools.accumulate(c for _, c in items))  # cum[j] = index after the last copy of items[j]
+    n = cum[-1]
 
     def at(k: int) -> float:
         return items[bisect.bisect_right(cum, k)][0]
