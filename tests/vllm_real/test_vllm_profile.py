@@ -94,3 +94,22 @@ def test_profile_launch_starts_measures_and_stops(tiny_llama_model, tmp_path):
     assert d["base_url"].startswith("http://127.0.0.1:")
     assert not Path(f"/proc/{launched['pid']}").exists() or \
         Path(f"/proc/{launched['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_profile_hybrid_model_pool_matches_and_per_request_rows_are_skipped(gemma3_server, gemma3_model):
+    # Gemma-3 style sliding-window + full attention: two KV-cache groups share one block pool; the pool
+    # is still the plan's exactly, but a request holds blocks in both groups (the sliding group frees
+    # blocks that leave the window), so ceil(tokens / block_size) is not the per-request rule there.
+    rc, d, err = kvplan_profile("--url", gemma3_server.base_url, "--log", str(gemma3_server.log_path), "--burst", "8",
+                                *plan_flags(gemma3_model.path), timeout=240)
+    assert rc == 0, err
+    checks = _checks(d)
+    assert checks["kv_blocks"]["status"] == "pass" and checks["kv_blocks"]["measured"] == 8192
+    assert checks["kv_tokens"]["status"] == "pass" and checks["kv_tokens"]["measured"] == 508400
+    for name in ("short", "long", "burst"):
+        row = checks[f"kv_per_request_{name}"]
+        assert row["status"] == "skipped" and "hybrid model (2 KV-cache groups)" in row["evidence"]
+        assert row["measured"] is not None
+    steps = {s["name"]: s for s in d["steps"]}
+    per_group = -(-(steps["short"]["prompt_tokens"] + steps["short"]["max_tokens"] - 1) // 128)
+    assert steps["short"]["measured_kv_blocks"] == 2 * per_group  # one block in each group
