@@ -19,12 +19,12 @@ import sys
 import time
 
 
-def _setup(mml: int = 2048):
+def _setup(mml: int = 2048, gpu: str = "A100-80GB"):
     from kvplan.hardware import find_gpu
     from kvplan.memory import PlanRequest, plan
     from kvplan.models import load_model
 
-    req = PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("A100-80GB"),
+    req = PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu(gpu),
                       tensor_parallel_size=4, max_model_len=mml)
     return req, plan(req, what_ifs=False)
 
@@ -66,8 +66,10 @@ def sweep(n_requests: int, rate: float) -> None:
         return
     from kvplan.slo import parse_slo
 
-    req, _ = _setup()
-    space = TuneSpace(max_num_seqs=(32, 64, 128, 256, 512), max_num_batched_tokens=(None, 4096, 8192, 16384, 2048),
+    # on an H100 (fp8 KV allowed; the default budget is 8,192) every one of the 5 x 5 x 4 x 2 = 200
+    # combinations is a distinct configuration that starts
+    req, _ = _setup(gpu="H100")
+    space = TuneSpace(max_num_seqs=(32, 64, 128, 256, 512), max_num_batched_tokens=(None, 2048, 4096, 16384, 32768),
                       gpu_memory_utilization=(0.8, 0.85, 0.9, 0.95), kv_cache_dtype=("auto", "fp8"))
     tr = _trace(n_requests, rate)
     t0 = time.perf_counter()

@@ -37,7 +37,9 @@ def headline(d: dict) -> list[tuple[str, str]]:
                    f"max_num_batched_tokens {c['max_num_batched_tokens']:,}"),
         ("KV cache", f"{c['num_gpu_blocks']:,} blocks x {c['block_size']} tokens, peak usage "
                      f"{num(d['kv_cache'].get('peak_usage'), '{:.1%}')}"),
-        ("traffic", d["trace"]["source"]),
+        ("traffic", d["trace"]["source"] + (
+            "; log records skipped: " + ", ".join(f"{k} {v:,}" for k, v in d["trace"]["skipped"].items())
+            if d["trace"].get("skipped") else "")),
         ("requests", f"{r['total']:,}: {r['completed']:,} completed, {r['rejected']:,} rejected"
                      + (f", {r['unfinished']:,} unfinished" if r.get("unfinished") else "")),
         ("preemptions", f"{d['preemptions']:,} ({r.get('preempted_requests', 0):,} requests)"),
