@@ -1,0 +1,250 @@
+"""Per-request bookkeeping for the step loop (:mod:`kvplan.sim.engine`): blocks held per KV
+group, release to the free queue, prefix-cache lookup and admission, preemption, and the lazy
+state of decoding requests (computed tokens = ``G + off``), following
+``vllm/v1/core/kv_cache_manager.py`` and ``single_type_kv_cache_manager.py`` (0.32). The pool and
+its hash chains are :mod:`kvplan.sim.kvpool`."""
+from __future__ import annotations
+
+import heapq
+from typing import Optional
+
+from .kvpool import Chain
+
+WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
+
+
+class Req:
+    __slots__ = ("i", "arrival", "P", "O", "pid", "ptok", "status", "nc", "off", "out", "chunk",
+                 "sh", "sh_h", "ext", "pv", "pv_base", "t_sched", "t_first", "t_last", "t_end",
+                 "preempted", "irregular", "pending_free", "held", "hit_tokens")
+
+    def __init__(self, i: int, arrival: float, P: int, O: int, pid, ptok: int):
+        self.i = i
+        self.arrival = arrival
+        self.P = P
+        self.O = O
+        self.pid = pid
+        self.ptok = ptok
+        self.status = WAITING
+        self.nc = 0  # computed tokens (prefill / waiting); decoders use G + off
+        self.off = 0
+        self.out = 0  # output tokens generated so far (materialised for non-decoders)
+        self.chunk = 0  # tokens scheduled this step
+        self.sh: Optional[Chain] = None  # shared chain and the blocks held in it
+        self.sh_h = 0
+        self.ext: Optional[Chain] = None  # the chain this request's new blocks extend
+        self.pv: Optional[Chain] = None  # private chain (self-hits after a preemption)
+        self.pv_base = 0
+        self.t_sched = None
+        self.t_first = None
+        self.t_last = None  # last token time when it is not the previous step's end
+        self.t_end = None
+        self.preempted = 0
+        self.irregular = False
+        self.pending_free = False
+        self.held = 0  # blocks held (hybrid accounting only)
+        self.hit_tokens = 0
+
+
+class KVAccounting:
+    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``bs``, ``groups``,
+    ``G``, ``caching``, ``simple``, ``chains``)."""
+
+    # -- lazy views ---------------------------------------------------------------------------
+    def _nc(self, r: Req) -> int:
+        return self.G + r.off if r.status == DECODE else r.nc
+
+    def _ext_blocks(self, r: Req) -> int:
+        """Blocks of the chain ``r`` extends that it holds so far (full blocks of computed tokens)."""
+        nc = self.G + r.off if r.status == DECODE else r.nc
+        full = nc // self.bs
+        return full if r.ext is r.sh else full - r.pv_base
+
+    # -- KV accounting --------------------------------------------------------------------------
+    def _blocks(self, slots: int, processed: int) -> int:
+        """Blocks a request holds with ``slots`` token slots, ``processed`` tokens computed
+        (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` / ``remove_skipped_blocks``)."""
+        bs = self.bs
+        n = 0
+        for kind, window, fixed in self.groups:
+            if kind in ("full", "mla"):
+                n += -(-slots // bs)
+            elif kind == "sliding":
+                skipped = max(0, processed - window + 1) // bs
+                n += -(-slots // bs) - min(skipped, -(-slots // bs))
+            elif kind == "chunked":
+                skipped = (processed // window) * window // bs if window else 0
+                n += -(-slots // bs) - min(skipped, -(-slots // bs))
+            else:  # mamba / unknown: a fixed state per request
+                n += fixed
+        return n
+
+    def _admission_blocks(self, tokens: int) -> int:
+        """``get_num_blocks_to_allocate(apply_admission_cap=True)`` for the whole prompt."""
+        bs = self.bs
+        n = 0
+        for kind, window, fixed in self.groups:
+            need = -(-tokens // bs)
+            if kind in ("sliding", "chunked") and fixed:
+                need = min(need, fixed)
+            elif kind not in ("full", "mla", "sliding", "chunked"):
+                need = fixed
+            n += need
+        return n
+
+    # -- requests in and out ----------------------------------------------------------------------
+    def _release(self, r: Req, preempted: bool = False) -> None:
+        """``KVCacheManager.free``: every block back to the free queue, tail first. A preempted
+        request's own full blocks stay findable (its private chain: it hits them when it resumes);
+        a finished request's are anonymous (nobody else has their tokens)."""
+        pool = self.pool
+        nc = self._nc(r)
+        if not self.simple:
+            pool.release_anonymous(r.held)
+            r.held = 0
+            return
+        total = -(-nc // self.bs)
+        full = nc // self.bs
+        pv = r.pv if r.ext is not None and r.ext is r.pv else None
+        if r.ext is not None and r.ext is r.sh:
+            sh_h = min(full, total)
+            pv_h = 0
+        else:
+            sh_h = r.sh_h
+            pv_h = max(0, full - r.pv_base) if self.caching else 0
+            if pv is None and pv_h and preempted:
+                pv = r.pv = Chain()  # created only now: most requests are never preempted
+        anon = total - sh_h - (pv_h if pv is not None else 0)
+        pool.release_anonymous(anon)
+        if pv is not None:
+            if pv_h > 0:
+                pool.release_holder(pv, pv_h, was_extender=True)
+            else:
+                pv.extender = None
+        if not preempted:
+            r.pv = None
+        if r.sh is not None:
+            pool.release_holder(r.sh, sh_h, was_extender=r.ext is r.sh)
+        r.ext = None
+        r.sh_h = 0
+
+    def _lookup(self, r: Req, num_tokens: int) -> tuple[int, int, int]:
+        """Prefix-cache hit in blocks: (shared-chain blocks, private blocks, evictable among them).
+        ``get_computed_blocks``: at most ``num_tokens - 1`` tokens, full blocks only."""
+        if not self.caching:
+            return 0, 0, 0
+        pool, bs = self.pool, self.bs
+        cap = (num_tokens - 1) // bs
+        hs = ev = 0
+        if r.pid is not None:
+            ch = self.chains.get(r.pid)
+            if ch is not None:
+                own = ch.last_extender is r or ch.extender is r
+                lim = cap if own else min(cap, r.ptok // bs)
+                hs = min(pool.cached(ch), lim)
+                ev = pool.evictable(ch, hs)
+        hp = 0
+        if r.pv is not None and r.pv_base == hs and hs < cap:
+            hp = min(r.pv.cached, cap - hs)
+            ev += hp  # a private chain has no other holder: its cached blocks are all free
+        return hs, hp, ev
+
+    def _admit_blocks(self, r: Req, hs: int, hp: int) -> None:
+        """Take the hit blocks out of the queue and decide which chain the new blocks extend."""
+        pool = self.pool
+        ch = self.chains.get(r.pid) if r.pid is not None else None
+        if ch is None and r.pid is not None and self.caching:
+            ch = self.chains[r.pid] = Chain()
+        r.sh = ch
+        if ch is not None and hs > 0:
+            pool.touch(ch, hs)
+        if hp > 0:
+            pool.touch(r.pv, hp)  # private chain indices are relative to pv_base
+            r.ext = r.pv
+            r.pv.extender = r
+        elif ch is not None and ch.extender is None and hs == pool.cached(ch) and self.caching:
+            r.ext = ch
+            ch.extender = r
+            r.sh_h = 0
+            r.pv = None
+            return
+        else:
+            r.ext = None  # its own blocks: a private chain is made only if it is preempted
+            r.pv = None
+            r.pv_base = hs
+        if ch is not None and hs > 0:
+            pool.add_holder(ch, hs)
+        r.sh_h = hs
+
+    # -- preemption and the decoders' lazy state -------------------------------------------
+    def _preempt(self, r: Req, now: float) -> None:
+        """``Scheduler._preempt_request``: free, ``num_computed_tokens = 0``, head of WAITING."""
+        self.preemptions += 1
+        r.preempted += 1
+        if r.status == DECODE:
+            r.out = self.G + r.off + 1 - r.P
+            self._drop_decoder(r)
+            if not r.irregular:
+                r.t_last = now  # its last token came at the end of the previous step
+        elif r.status == PREFILL:
+            self.pre.remove(r)
+        self._irregular.discard(r)
+        nc = self._nc(r)
+        r.nc = nc
+        if r.pending_free:  # finished already; its output is delivered, the request ends
+            r.pending_free = False
+            self.pending.remove(r)
+            self._release(r)
+            r.status = DONE
+            return
+        self._release(r, preempted=True)
+        r.status = WAITING
+        r.nc = 0
+        r.irregular = True
+        self.waiting.appendleft(r)
+
+    def _drop_decoder(self, r: Req) -> None:
+        self.buckets[r.off % self.bs].discard(r)
+        lst = self.finish_at.get(self._finish_key(r))
+        if lst is not None:
+            try:
+                lst.remove(r)
+            except ValueError:
+                pass
+        self.n_dec -= 1
+        self.sum_off -= r.off
+
+    def _finish_key(self, r: Req) -> int:
+        # the step (value of G) in which the decoder samples its last token: outputs after the
+        # step = G + off + 2 - P, reaching O; or the sequence reaching max_model_len
+        nc_last = min(r.P + r.O - 2, self.mml - 2)
+        return nc_last - r.off
+
+    def _add_decoder(self, r: Req, nc: int) -> None:
+        r.status = DECODE
+        r.off = nc - self.G
+        self.buckets[r.off % self.bs].add(r)
+        self._push_finish(r)
+        self.n_dec += 1
+        self.sum_off += r.off
+
+    def _push_finish(self, r: Req) -> None:
+        key = self._finish_key(r)
+        lst = self.finish_at.get(key)
+        if lst is None:
+            self.finish_at[key] = [r]
+            heapq.heappush(self.finish_heap, key)
+        else:
+            lst.append(r)
+
+    def _stall(self, r: Req, now: float) -> None:
+        """A decoder skipped this step (budget spent before its turn): it falls one step behind."""
+        self._drop_decoder(r)
+        if not r.irregular:
+            r.t_last = now
+            r.irregular = True
+        r.off -= 1
+        self.buckets[r.off % self.bs].add(r)
+        self._push_finish(r)
+        self.n_dec += 1
+        self.sum_off += r.off
