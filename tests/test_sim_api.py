@@ -120,3 +120,15 @@ def test_hybrid_model_groups_carry_the_models_window():
     assert ("sliding", 128) in kinds and ("full", 0) in kinds
     assert d["requests"]["completed"] == 40
     assert d["kv_cache"]["prefix_caching"] is False and any("hybrid" in n for n in d["notes"])
+
+
+def test_async_scheduling_follows_the_platform():
+    gpu = simulate(_req(), _trace(n=5)).to_dict()["config"]
+    assert gpu["async_scheduling"] is True
+    cpu_req = PlanRequest(model=load_model("meta-llama/Llama-2-7b-hf"), gpu=find_gpu("A100-80GB"), device="cpu",
+                          kv_cache_memory_bytes=4 << 30, max_model_len=2048)
+    from tests.test_sim_engine import FLAT
+
+    cpu = simulate(cpu_req, synthetic_trace(1, num_requests=3, input_len=parse_length("100", "x"),
+                                            output_len=parse_length("5", "x")), profile=FLAT).to_dict()["config"]
+    assert cpu["async_scheduling"] is False  # vllm/platforms/cpu.py turns it off

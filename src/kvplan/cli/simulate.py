@@ -163,7 +163,7 @@ def simulate_cmd(
         trace = make_trace(rate)
         opts = dict(enable_prefix_caching=not no_prefix_caching,
                     long_prefill_token_threshold=long_prefill_token_threshold,
-                    async_scheduling=not no_async_scheduling)
+                    async_scheduling=False if no_async_scheduling else None)
         result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
                           **opts)
         d = result.to_dict()

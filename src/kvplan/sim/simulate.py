@@ -57,7 +57,7 @@ def _groups(plan_result, request) -> tuple[tuple[str, int, int], ...]:
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
              plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
              enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
-             watermark: float = 0.0, async_scheduling: bool = True, slo: Sequence["Slo"] = (),
+             watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
     :class:`KvplanError`) with vLLM's error text when the configuration would not start."""
@@ -71,6 +71,9 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         raise UsageError("the timeline interval must be positive")
     prof = profile or default_profile(request, plan_result)
     f, kv = plan_result.flags, plan_result.kv
+    if async_scheduling is None:
+        # on by default (config/vllm.py), but the CPU platform turns it off (platforms/cpu.py)
+        async_scheduling = f.device != "cpu"
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result, request)
     engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
