@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
     from ..slo import Slo
 
-VLLM_SEMANTICS = "vLLM V1 scheduler, 0.32/0.33 source (vllm/v1/core/sched/scheduler.py)"
+VLLM_SEMANTICS = "vLLM V1 scheduler as in the 0.32.0 source (vllm/v1/core/sched/scheduler.py)"
 SAMPLE_CAP = 20_000
 MAX_TIMELINE_ROWS = 5_000  # a million-request run keeps a chart-sized timeline
 
