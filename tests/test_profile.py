@@ -117,8 +117,8 @@ def test_cache_config_labels_from_real_metrics():
 
 
 # --------------------------------------------------------------------------- checks
-def _server(blocks: int = 4096) -> P._Server:
-    return P._Server("m", 2048, 128, blocks, blocks * 128, 256.0, {"num_gpu_blocks": str(blocks)}, "0.32.0")
+def _server(blocks: int = 4096) -> P.ServerFacts:
+    return P.ServerFacts("m", 2048, 128, blocks, blocks * 128, 256.0, {"num_gpu_blocks": str(blocks)}, "0.32.0")
 
 
 def _step(name="short", n=1, measured=1, errors=(), gpu=None, prompt=16, max_tokens=64) -> P.ProfileStep:
@@ -133,7 +133,7 @@ def _by_id(checks):
 def test_checks_pass_when_measured_equals_planned(tiny_plan):
     log, _ = P._startup((FIXTURES / "healthy_startup.log").read_text())
     steps = {"short": _step(), "burst": _step("burst", 64, 64, prompt=97, max_tokens=32)}
-    checks = _by_id(P._checks(_server(), tiny_plan, log, steps, 128, None, 0.9))
+    checks = _by_id(P.build_checks(_server(), tiny_plan, log, steps, 128, None, 0.9))
     assert {k: c.status for k, c in checks.items()} == {
         "kv_blocks": "pass", "kv_tokens": "pass", "concurrency": "pass", "kv_per_request_short": "pass",
         "kv_per_request_burst": "pass", "peak_gpu_memory": "skipped"}
@@ -144,7 +144,7 @@ def test_checks_pass_when_measured_equals_planned(tiny_plan):
 def test_checks_fail_on_a_mismatch(tiny_plan):
     steps = {"short": _step(measured=16), "burst": _step("burst", 64, 40, prompt=97, max_tokens=32)}
     steps["burst"] = P.ProfileStep(**{**steps["burst"].__dict__, "peak_running": 40})
-    checks = _by_id(P._checks(_server(2048), tiny_plan, None, steps, 128, None, 0.9))
+    checks = _by_id(P.build_checks(_server(2048), tiny_plan, None, steps, 128, None, 0.9))
     assert checks["kv_blocks"].status == "fail" and checks["kv_blocks"].measured == 2048
     assert checks["kv_tokens"].status == "fail"  # /metrics' kv_cache_size_tokens when there is no log
     assert checks["kv_per_request_short"].status == "fail"  # 16 blocks: as if max_model_len were reserved
@@ -152,15 +152,15 @@ def test_checks_fail_on_a_mismatch(tiny_plan):
 
 
 def test_checks_without_a_plan_are_skipped_not_passed():
-    checks = _by_id(P._checks(_server(), None, None, {"short": _step()}, 64, None, 0.9))
+    checks = _by_id(P.build_checks(_server(), None, None, {"short": _step()}, 64, None, 0.9))
     assert checks["kv_blocks"].status == "skipped" and "no plan" in checks["kv_blocks"].evidence
     assert checks["kv_per_request_short"].status == "pass"  # needs only the server's own figures
 
 
 def test_a_missed_request_is_skipped_and_an_error_fails(tiny_plan):
-    checks = _by_id(P._checks(_server(), tiny_plan, None, {"short": _step(measured=None)}, 64, None, 0.9))
+    checks = _by_id(P.build_checks(_server(), tiny_plan, None, {"short": _step(measured=None)}, 64, None, 0.9))
     assert checks["kv_per_request_short"].status == "skipped" and "too fast" in checks["kv_per_request_short"].evidence
-    checks = _by_id(P._checks(_server(), tiny_plan, None, {"short": _step(measured=None, errors=("HTTP 400: x",))},
+    checks = _by_id(P.build_checks(_server(), tiny_plan, None, {"short": _step(measured=None, errors=("HTTP 400: x",))},
                               64, None, 0.9))
     assert checks["kv_per_request_short"].status == "fail" and "HTTP 400" in checks["kv_per_request_short"].evidence
 
@@ -169,18 +169,18 @@ def test_gpu_memory_over_the_limit_fails(tiny_plan):
     # NVML figures as a GPU would report them (this machine has none): 92% used of 80 GiB
     total = 80 << 30
     steps = {"short": _step(gpu=int(total * 0.92))}
-    check = _by_id(P._checks(_server(), tiny_plan, None, steps, 64, total, 0.9))["peak_gpu_memory"]
+    check = _by_id(P.build_checks(_server(), tiny_plan, None, steps, 64, total, 0.9))["peak_gpu_memory"]
     assert check.status == "fail" and check.measured == 0.92
-    check = _by_id(P._checks(_server(), tiny_plan, None, steps, 64, total, 0.95))["peak_gpu_memory"]
+    check = _by_id(P.build_checks(_server(), tiny_plan, None, steps, 64, total, 0.95))["peak_gpu_memory"]
     assert check.status == "pass"
 
 
 # --------------------------------------------------------------------------- renderers
 def _result(tiny_plan, ok=True) -> P.ProfileResult:
-    checks = P._checks(_server(), tiny_plan, None, {"short": _step(measured=1 if ok else 3)}, 64, None, 0.9)
+    checks = P.build_checks(_server(), tiny_plan, None, {"short": _step(measured=1 if ok else 3)}, 64, None, 0.9)
     return P.ProfileResult("http://127.0.0.1:1", "odd|model`name", "0.32.0",
                            {"block_size": 128, "num_gpu_blocks": 4096, "usable_blocks": 4095, "max_model_len": 2048},
-                           P._planned(tiny_plan), {"kv_line": "CPU KV cache size: 1 tokens"},
+                           P.planned_figures(tiny_plan), {"kv_line": "CPU KV cache size: 1 tokens"},
                            (_step(measured=1 if ok else 3),), tuple(checks), {"available": False, "notice": "no GPU"},
                            ("a note",))
 

@@ -29,10 +29,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ..errors import KvplanError, UsageError
+from .profile_checks import (GPU_MEMORY_LIMIT, MAX_BURST, ProfileCheck, ServerFacts, build_checks,
+                             planned_figures)
 
-MAX_BURST = 64  # requests in the burst at most: a profile is a probe, not a load test
+__all__ = ["GPU_MEMORY_LIMIT", "MAX_BURST", "ProfileCheck", "ProfileError", "ProfileResult", "ProfileStep",
+           "ServerFacts", "profile_server"]
+
 SCRAPE_INTERVAL_S = 0.1
-GPU_MEMORY_LIMIT = 0.90  # the pre-launch checklist's "peak memory under 90% of the GPU"
 TOKEN_ID_BASE = 10  # prompts are token ids from here on (ids 0-9 are often special tokens)
 TOKEN_ID_SPAN = 1000
 STEP_ATTEMPTS = 3  # a request faster than the scrape interval is sent again (at most this often)
@@ -44,23 +47,6 @@ class ProfileError(KvplanError):
 
 
 # --------------------------------------------------------------------------- result
-@dataclass(frozen=True)
-class ProfileCheck:
-    """One measured-versus-planned row. ``status``: pass, fail or skipped (with the reason)."""
-
-    id: str
-    title: str
-    status: str
-    measured: Any
-    planned: Any
-    tolerance: str
-    evidence: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "status": self.status, "measured": self.measured,
-                "planned": self.planned, "tolerance": self.tolerance, "evidence": self.evidence}
-
-
 @dataclass(frozen=True)
 class ProfileStep:
     """One probe (short prompt, long prompt, burst) and what the server showed while it ran."""
@@ -281,19 +267,7 @@ class _Client:
         return results, watch, seconds, after
 
 
-@dataclass(frozen=True)
-class _Server:
-    model: str
-    max_model_len: int
-    block_size: int
-    num_gpu_blocks: int
-    kv_cache_tokens: Optional[int]
-    max_concurrency: Optional[float]
-    cache_labels: dict
-    vllm_version: Optional[str]
-
-
-async def _discover(client: _Client, plan_result, startup_log, model_name: Optional[str]) -> _Server:
+async def _discover(client: _Client, plan_result, startup_log, model_name: Optional[str]) -> ServerFacts:
     import aiohttp
 
     try:
@@ -330,13 +304,13 @@ async def _discover(client: _Client, plan_result, startup_log, model_name: Optio
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, AttributeError):
         version = None
     conc = labels.get("kv_cache_max_concurrency")
-    return _Server(str(card["id"]), max_len, block_size, blocks, _int(labels.get("kv_cache_size_tokens")),
+    return ServerFacts(str(card["id"]), max_len, block_size, blocks, _int(labels.get("kv_cache_size_tokens")),
                    float(conc) if conc not in (None, "None") else None, labels,
                    version or (startup_log.vllm_version if startup_log else None))
 
 
 def _step(name: str, shape: Shape, n: int, results: list[dict], watch: _Watch, seconds: float, after: dict,
-          attempts: int, baseline: Optional[float], srv: _Server) -> ProfileStep:
+          attempts: int, baseline: Optional[float], srv: ServerFacts) -> ProfileStep:
     usable = srv.num_gpu_blocks - 1
     counted = {r.get("prompt_tokens") for r in results if r.get("prompt_tokens") is not None}
     prompt = counted.pop() if len(counted) == 1 else shape.prompt_tokens
@@ -356,7 +330,7 @@ def _step(name: str, shape: Shape, n: int, results: list[dict], watch: _Watch, s
         after=after)
 
 
-async def _probe(client: _Client, name: str, shape: Shape, n: int, first_index: int, srv: _Server,
+async def _probe(client: _Client, name: str, shape: Shape, n: int, first_index: int, srv: ServerFacts,
                  deadline: float) -> ProfileStep:
     """Run one step; a step whose requests all ran between two scrapes is sent again (new prompts)."""
     attempt = 0
@@ -370,103 +344,6 @@ async def _probe(client: _Client, name: str, shape: Shape, n: int, first_index: 
         if step.measured_kv_blocks is not None or step.errors or attempt >= STEP_ATTEMPTS \
                 or time.monotonic() > deadline:
             return step
-
-
-# --------------------------------------------------------------------------- checks
-def _check(id_: str, title: str, measured, planned, tolerance: str, evidence: str, ok: Optional[bool],
-           skipped: str = "") -> ProfileCheck:
-    status = "skipped" if ok is None else ("pass" if ok else "fail")
-    return ProfileCheck(id_, title, status, measured, planned, tolerance, skipped if ok is None else evidence)
-
-
-def _checks(srv: _Server, plan_result, log, steps: dict[str, ProfileStep], burst_planned: int,
-            gpu_total: Optional[int], gpu_limit: float) -> list[ProfileCheck]:
-    out: list[ProfileCheck] = []
-    no_plan = "no plan given (pass the plan flags, e.g. --model … --kv-cache-memory …): nothing to compare with"
-    planned_blocks = plan_result.kv.num_gpu_blocks if plan_result else None
-    src = "vllm:cache_config_info num_gpu_blocks" if srv.cache_labels.get("num_gpu_blocks") else "start-up log"
-    out.append(_check("kv_blocks", "KV-cache blocks", srv.num_gpu_blocks, planned_blocks, "exact",
-                      f"{src} = {srv.num_gpu_blocks:,} blocks of {srv.block_size} tokens; plan: "
-                      f"{planned_blocks if planned_blocks is None else f'{planned_blocks:,}'}",
-                      None if plan_result is None else srv.num_gpu_blocks == planned_blocks
-                      and srv.block_size == plan_result.kv.block_size, no_plan))
-    measured_tokens = log.kv_cache_tokens if log is not None and log.kv_cache_tokens else srv.kv_cache_tokens
-    token_src = "start-up log capacity line" if log is not None and log.kv_cache_tokens else \
-        "vllm:cache_config_info kv_cache_size_tokens"
-    planned_tokens = plan_result.kv.kv_cache_tokens if plan_result else None
-    if plan_result is None or measured_tokens is None:
-        out.append(_check("kv_tokens", "KV-cache tokens", measured_tokens, planned_tokens, "exact", "", None,
-                          no_plan if plan_result is None else "neither the log nor /metrics gives the KV token count"))
-    else:
-        conc = log.max_concurrency if log is not None and log.max_concurrency is not None else srv.max_concurrency
-        out.append(_check("kv_tokens", "KV-cache tokens", measured_tokens, planned_tokens, "exact",
-                          f"{token_src}: {measured_tokens:,} tokens, max concurrency {conc}x; plan: "
-                          f"{planned_tokens:,} tokens, {plan_result.kv.max_concurrency:.2f}x",
-                          measured_tokens == planned_tokens))
-    burst = steps.get("burst")
-    if burst is not None:
-        reached = burst.peak_running
-        ok = None if reached is None else (reached >= burst.requests and not burst.errors)
-        out.append(_check("concurrency", "concurrency reached in the burst", reached, burst.requests, "all running",
-                          f"{burst.requests} requests sent at once ({burst_planned} planned: max_num_seqs and the KV "
-                          f"cache for {burst.prompt_tokens}+{burst.max_tokens}-token requests, capped at {MAX_BURST}); "
-                          f"peak running {reached}, peak waiting {burst.peak_waiting}, {burst.completed} completed"
-                          + (f"; errors: {'; '.join(burst.errors)}" if burst.errors else ""),
-                          ok, "no scrape of vllm:num_requests_running during the burst"))
-    hybrid = len(plan_result.kv.groups) if plan_result is not None and len(plan_result.kv.groups) > 1 else 0
-    for name in ("short", "long", "burst"):
-        step = steps.get(name)
-        if step is None:
-            continue
-        per = step.expected_kv_blocks_per_request
-        expected = per * step.requests
-        tokens = f"{step.prompt_tokens}+{step.max_tokens}"
-        title = {"short": "KV blocks held by a short request", "long": "KV blocks held by a long request",
-                 "burst": "KV blocks held by the burst"}[name]
-        if step.measured_kv_blocks is None:
-            if step.errors:
-                out.append(_check(f"kv_per_request_{name}", title, None, expected, "exact",
-                                  f"errors: {'; '.join(step.errors)}", False))
-            else:
-                out.append(_check(f"kv_per_request_{name}", title, None, expected, "exact", "", None,
-                                  f"no scrape fell while the step's requests were all running ({step.attempts} "
-                                  f"attempt(s), {step.scrapes} scrape(s)): too fast to catch"))
-            continue
-        if hybrid:
-            out.append(_check(f"kv_per_request_{name}", title, step.measured_kv_blocks, expected, "exact", "", None,
-                              f"hybrid model ({hybrid} KV-cache groups): a request holds blocks in every group; "
-                              f"measured {step.measured_kv_blocks} block(s)"))
-            continue
-        out.append(_check(
-            f"kv_per_request_{name}", title, step.measured_kv_blocks, expected, "exact (whole blocks)",
-            f"usage {step.peak_kv_usage:.6f} (baseline {step.baseline_kv_usage or 0:.6f}) × {srv.num_gpu_blocks - 1:,} "
-            f"usable blocks = {step.measured_kv_blocks} block(s) for {step.requests} × {tokens} tokens; "
-            f"ceil(tokens / {srv.block_size}) = {per} per request; reserving max_model_len ({srv.max_model_len:,}) would "
-            f"take {step.max_model_len_blocks} per request",
-            step.measured_kv_blocks == expected and not step.errors))
-    peaks = [s.peak_gpu_memory_bytes for s in steps.values() if s.peak_gpu_memory_bytes is not None]
-    if gpu_total and peaks:
-        share = max(peaks) / gpu_total
-        out.append(_check("peak_gpu_memory", "peak GPU memory", round(share, 4), gpu_limit, f"≤ {gpu_limit:.0%}",
-                          f"NVML: peak {max(peaks) / (1 << 30):.2f} GiB of {gpu_total / (1 << 30):.2f} GiB "
-                          f"({share:.1%}); vLLM reserves gpu_memory_utilization of the GPU at start-up",
-                          share <= gpu_limit))
-    else:
-        out.append(_check("peak_gpu_memory", "peak GPU memory", "n/a", gpu_limit, f"≤ {gpu_limit:.0%}", "", None,
-                          "n/a: no GPU visible to NVML on this host (CPU backend, remote server, or nvidia-ml-py "
-                          "not installed: pip install 'kvplan[nvml]')"))
-    return out
-
-
-def _planned(plan_result) -> Optional[dict]:
-    if plan_result is None:
-        return None
-    k, f = plan_result.kv, plan_result.flags
-    return {"device": f.device, "block_size": k.block_size, "num_gpu_blocks": k.num_gpu_blocks,
-            "usable_blocks": k.usable_blocks, "kv_cache_tokens": k.kv_cache_tokens,
-            "max_concurrency": k.max_concurrency, "max_model_len": f.max_model_len, "max_num_seqs": f.max_num_seqs,
-            "gpu_memory_utilization": f.gpu_memory_utilization, "log_lines": list(k.log_lines),
-            "startup_ok": plan_result.startup.ok}
 
 
 def _startup(log_text: Optional[str]):
@@ -548,12 +425,12 @@ async def _profile(base, plan_result, log, startup, model_name, long_prompt_toke
         steps["short"] = await _probe(client, "short", short, 1, 0, srv, deadline)
         steps["long"] = await _probe(client, "long", long, 1, 10, srv, deadline)
         steps["burst"] = await _probe(client, "burst", burst, n_burst, 100, srv, deadline)
-    checks = _checks(srv, plan_result, log, steps, burst_planned, gpu_info["total_bytes"], gpu_limit)
+    checks = build_checks(srv, plan_result, log, steps, burst_planned, gpu_info["total_bytes"], gpu_limit)
     server = {"block_size": srv.block_size, "num_gpu_blocks": srv.num_gpu_blocks,
               "usable_blocks": srv.num_gpu_blocks - 1, "kv_cache_tokens": srv.kv_cache_tokens,
               "max_concurrency": srv.max_concurrency, "max_model_len": srv.max_model_len,
               "kv_cache_memory_bytes": _int(srv.cache_labels.get("kv_cache_memory_bytes")),
               "gpu_memory_utilization": srv.cache_labels.get("gpu_memory_utilization"),
               "enable_prefix_caching": srv.cache_labels.get("enable_prefix_caching")}
-    return ProfileResult(base, srv.model, srv.vllm_version, server, _planned(plan_result), startup,
+    return ProfileResult(base, srv.model, srv.vllm_version, server, planned_figures(plan_result), startup,
                          tuple(steps.values()), tuple(checks), gpu_info, tuple(notes))
