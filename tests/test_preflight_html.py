@@ -170,7 +170,7 @@ def dry_run_report(tmp_path_factory) -> tuple[Path, dict]:
                         "--duration", "60s", "--slo", "ttft_p99=2s,tpot_p99=100ms", "--history-turns", "2", "--dry-run",
                         "--output-dir", str(out), "--format", "json"],
                        capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ, KVPLAN_OFFLINE="1"))
-    assert p.returncode in (0, 1), p.stderr
+    assert p.returncode in (0, 1) and p.stdout.strip(), p.stderr
     d = json.loads(p.stdout)
     assert d["exit_code"] == p.returncode
     return out / "preflight.html", d

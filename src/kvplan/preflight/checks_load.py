@@ -199,29 +199,27 @@ def load_checks(run: Optional[LoadRun], why_not: str, plan_result, req, lengths,
     return out
 
 
-def profile_check(profile, why_not: str) -> CheckResult:
-    """kvplan profile's measured-vs-planned rows: any row that disagrees fails the check."""
+def profile_check(profile, why_not: str, missing_status: str = "skipped") -> CheckResult:
+    """kvplan profile's measured-vs-planned rows (ProfileCheck: status pass/fail/skipped): any
+    failed row fails the check; skipped rows are listed with their reason."""
     title = "live server matches the plan (kvplan profile)"
     if profile is None:
-        return _skip("profile_matches_plan", title, why_not)
+        return CheckResult("profile_matches_plan", missing_status, title, "not run" if missing_status != "skipped"
+                           else None, None, (why_not,))
     d = profile.to_dict() if hasattr(profile, "to_dict") else dict(profile)
     rows = d.get("checks") or []
-    bad, evidence = [], []
-    for r in rows:
-        name = r.get("name") or r.get("id") or r.get("quantity") or "?"
-        status = r.get("status")
-        ok = r.get("ok", r.get("passed", r.get("match")))
-        if status is not None and ok is None:
-            ok = status in ("pass", "ok", "match", "info", "n/a", "skipped")
-        line = f"{name}: measured {r.get('measured')} vs planned {r.get('planned')}"
-        if r.get("note"):
-            line += f" ({r['note']})"
-        evidence.append(line + ("" if ok in (True, None) else " — MISMATCH"))
-        if ok is False:
-            bad.append(str(name))
-    status = "fail" if bad else "pass"
-    return CheckResult("profile_matches_plan", status, title, f"{len(rows) - len(bad)}/{len(rows)} rows match",
-                       "every row matches", tuple(evidence))
+    counts = {s: sum(1 for r in rows if r.get("status") == s) for s in ("pass", "fail", "skipped")}
+    evidence = []
+    for r in sorted(rows, key=lambda r: {"fail": 0, "pass": 1}.get(r.get("status"), 2)):
+        line = f"{r.get('status', '?').upper()} {r.get('id')}: measured {r.get('measured')} vs planned {r.get('planned')}"
+        if r.get("tolerance"):
+            line += f" ({r['tolerance']})"
+        if r.get("status") != "pass" and r.get("evidence"):
+            line += f": {r['evidence']}"
+        evidence.append(line)
+    measured = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no rows"
+    return CheckResult("profile_matches_plan", "fail" if counts["fail"] else "pass", title, measured,
+                       "no row fails", tuple(evidence))
 
 
 def baseline_check(baseline_path: Optional[str], run: Optional[LoadRun]) -> CheckResult:

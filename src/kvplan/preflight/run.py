@@ -134,7 +134,7 @@ def _serve_and_measure(req, plan_result, opts: PreflightOptions, progress: Progr
         except ImportError as exc:
             found["profile_why"] = f"kvplan profile is not available in this kvplan ({exc})"
         except KvplanError as exc:
-            found["profile_why"] = f"kvplan profile failed: {exc}"
+            found["profile_why"], found["profile_failed"] = f"kvplan profile failed: {exc}", True
         if opts.target_qps is None:
             found["run_why"] = "no --target-qps: no load test"
             return
@@ -219,7 +219,8 @@ def _needed_concurrency(run: Optional[LoadRun], lengths, opts: PreflightOptions)
     rate = opts.load_rate
     if run is not None and run.mean_e2e is not None:
         what = "simulated" if run.simulated else "measured"
-        return rate * run.mean_e2e, f"{rate:g} req/s x {run.mean_e2e:.3f} s mean E2E ({what})"
+        peak = f"; peak running in the run: {run.peak_running:,.0f}" if run.peak_running is not None else ""
+        return rate * run.mean_e2e, f"{rate:g} req/s x {run.mean_e2e:.3f} s mean E2E ({what}){peak}"
     arr = lengths.arrivals if lengths is not None else None
     if arr is not None and arr.concurrency_mean is not None and arr.mean_rps:
         dur = arr.concurrency_mean / arr.mean_rps
@@ -337,7 +338,8 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
         checks_static.check_plan_memory(plan_result, req, lengths),
         checks_static.check_concurrency(plan_result, req, lengths, traffic, needed, needed_src, opts.load_factor,
                                         simulated=bool(run is not None and run.simulated)),
-        checks_load.profile_check(found.get("profile"), profile_why),
+        checks_load.profile_check(found.get("profile"), profile_why,
+                                  "warn" if found.get("profile_failed") else "skipped"),
         *checks_load.load_checks(run, why, plan_result, req, lengths, traffic, opts, thresholds, found.get("oom", ()),
                                  missing_status, missing_fixes),
         checks_load.baseline_check(opts.baseline, run),
