@@ -188,3 +188,28 @@ def test_keyboard_interrupt_while_waiting_stops_the_server(tmp_path, monkeypatch
         signal.signal(signal.SIGALRM, previous)
     assert started and not _group_alive(started[0])
     assert not L._RUNNING
+
+
+def test_readiness_probe_ignores_an_http_proxy(monkeypatch):
+    # a proxy that does not exist: asking it would fail; the loopback probe must go direct
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("no_proxy", "")
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        assert L._get_status(f"http://127.0.0.1:{srv.server_port}/health") == 200
+    finally:
+        srv.shutdown()
+    assert L._get_status("http://127.0.0.1:9/health") is None  # nothing listening: no answer, no exception

@@ -370,10 +370,14 @@ def _start(plan_result, binary: str, port: int, extra_args: Sequence[str], env: 
     return srv
 
 
+# The launched server is on 127.0.0.1: an http_proxy in the environment must not be asked for it.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _get_status(url: str, timeout_s: float = 3.0) -> Optional[int]:
     """HTTP status of GET ``url`` on the loopback server (None: no answer yet)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - loopback URL built here
+        with _NO_PROXY.open(url, timeout=timeout_s) as r:
             r.read()
             return int(r.status)
     except urllib.error.HTTPError as exc:
