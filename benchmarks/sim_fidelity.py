@@ -4,8 +4,9 @@
    with ``--max-num-seqs 16``, so that overload shows as a growing queue, as on a GPU server.
 2. Measured saturation point: a closed-loop ``kvplan bench`` run with 32 users (always more than the
    16 the engine runs) — its steady completion rate is the server's capacity in req/s.
-3. Calibrate (A): ONE ``kvplan bench`` run at about half the capacity, its rate ramped up over the
-   first half of the run (so one run sees batches from 1 to its peak), then ``kvplan calibrate``.
+3. Calibrate (A): ONE ``kvplan bench`` run at 0.7 × the capacity (``--calibration-fraction``), its
+   rate ramped up over the first half of the run (so one run sees batches from 1 to its peak), then
+   ``kvplan calibrate``.
    Also (B): the same run plus the capacity run (full batches), to show what a second run buys.
 4. Predict and measure at three other rates (below, near and above saturation): the simulator gets
    the plan of the served flags, the profile, and the measured run's own arrivals and lengths (the
@@ -146,6 +147,8 @@ def err(p: float, m: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", default="/tmp/kvplan-sim-fidelity")
+    ap.add_argument("--calibration-fraction", type=float, default=0.7,
+                    help="calibration run's rate as a fraction of the measured capacity (ramped up over 20 s)")
     ap.add_argument("--duration", type=float, default=40.0, help="seconds per measured rate")
     args = ap.parse_args()
     out_dir = Path(args.out_dir)
@@ -175,7 +178,7 @@ def main() -> int:
               f"after {CAPACITY_SKIP_S:g} s, TPOT p50 {cap_d['latency_s']['tpot']['p50'] * 1e3:.0f} ms")
 
         # 2. one calibration run, ramped; and the same plus the capacity run
-        cal_rate = round(0.5 * capacity, 2)
+        cal_rate = round(args.calibration_fraction * capacity, 2)
         probes["calibration"] = speed_probe(srv.base_url, out_dir, "probe_calibration")
         cal_d, cal_path = bench(srv.base_url, cal_rate, 40.0, out_dir, "calibration", ramp=20.0, seed=21)
         load.append(os.getloadavg())

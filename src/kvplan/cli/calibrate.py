@@ -56,7 +56,7 @@ def calibrate_cmd(
     fmt: str = typer.Option("table", "--format", "-f", help="table, or json (the calibration on stdout)."),
 ) -> None:
     """Fit the step-time profile (per-step overhead, per-sequence, per-token, KV-read and attention costs,
-    the API server's latency) to `kvplan bench` runs: client token timings, one equation per request."""
+    the API server's latency) to `kvplan bench` runs: each request's decode window and idle TTFT, vLLM's prefill time."""
     from ..sim.calibrate import calibrate, predict_equations
 
     try:
