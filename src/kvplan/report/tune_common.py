@@ -32,8 +32,8 @@ def config_cell(row: TuneRow) -> str:
 
 
 def headline(r: TuneResult) -> str:
-    slo = ", ".join(f"{k}={_limit(k, v)}" for k, v in r.slos) or "no SLO given"
-    return (f"{r.base.get('model', '?')}: {r.trace['requests']:,} requests ({r.trace['source']}); SLO {slo}; "
+    slo = "SLO " + ", ".join(f"{k}={_limit(k, v)}" for k, v in r.slos) if r.slos else "no SLO given"
+    return (f"{r.base.get('model', '?')}: {r.trace['requests']:,} requests ({r.trace['source']}); {slo}; "
             f"objective {r.objective}")
 
 
@@ -61,3 +61,9 @@ def verdict(r: TuneResult) -> str:
     if c is None:
         return "No configuration could be simulated (all pruned)."
     return f"No configuration meets the SLOs. Closest: {config_cell(c)} ({c.label}): {slo_cell(c)}"
+
+
+def title(r: TuneResult) -> str:
+    if r.winner is not None:
+        return "OK"
+    return "NO CONFIGURATION STARTS" if not r.rows else "NO CONFIGURATION MEETS THE SLO"

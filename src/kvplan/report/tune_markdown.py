@@ -15,10 +15,21 @@ def render_markdown(r: TuneResult, top: int = 10) -> str:
     if w is not None:
         out += ["```bash", w.serve_command.replace("```", "'''"), "```", ""]
     out += [_cell(pruned_text(r)), ""]
+    if r.rows:
+        out += _table(r, top)
+    if r.pruned.examples:
+        out += ["", "## Pruned by the memory plan", ""]
+        out += [f"- `{_cell(k)}` ({dict(r.pruned.by_reason).get(k, 0)}): {_cell(v)}" for k, v in r.pruned.examples]
+    if r.notes:
+        out += ["", *[f"- {_cell(n)}" for n in r.notes]]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _table(r: TuneResult, top: int) -> list[str]:
     lat = r.pareto_latency
-    out += ["| # | configuration | seqs | batched | len | util | KV | good req/s/GPU | out tok/s/GPU | "
-            f"TTFT p99 | TPOT p99 | E2E p99 | preempt | SLO | Pareto |",
-            "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    out = ["| # | configuration | seqs | batched | len | util | KV | good req/s/GPU | out tok/s/GPU | "
+           "TTFT p99 | TPOT p99 | E2E p99 | preempt | SLO | Pareto |",
+           "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for row in r.rows[:top]:
         f = row.flags
         out.append(f"| {row.rank} | {_cell(config_cell(row))} | {f['max_num_seqs']} | {f['max_num_batched_tokens']} | "
@@ -35,9 +46,4 @@ def render_markdown(r: TuneResult, top: int = 10) -> str:
         row = by_rank[rank]
         out.append(f"- #{rank} {_cell(row.label)}: {row.throughput['output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
                    f"{lat} {seconds(row.metric(lat))}")
-    if r.pruned.examples:
-        out += ["", "## Pruned by the memory plan", ""]
-        out += [f"- `{_cell(k)}` ({dict(r.pruned.by_reason).get(k, 0)}): {_cell(v)}" for k, v in r.pruned.examples]
-    if r.notes:
-        out += ["", *[f"- {_cell(n)}" for n in r.notes]]
-    return "\n".join(out).rstrip() + "\n"
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..sim.tune import TuneResult
-from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, verdict
+from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, title, verdict
 
 
 def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None) -> None:
@@ -18,7 +18,7 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
     body = escape(verdict(r))
     if w is not None:
         body += "\n" + escape(w.serve_command)
-    con.print(Panel(body, title=f"kvplan tune: {'OK' if w else 'NO CONFIGURATION MEETS THE SLO'}",
+    con.print(Panel(body, title=f"kvplan tune: {title(r)}",
                     border_style="green" if w else "red"))
     con.print(escape(headline(r)))
     con.print(escape(pruned_text(r)))
@@ -37,7 +37,8 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
                   f"{row.throughput['output_tokens_per_s_per_gpu']:,.0f}", seconds(row.metric("ttft_p99")),
                   seconds(row.metric("tpot_p99")), seconds(row.metric("e2e_p99")), str(row.preemptions),
                   escape(slo_cell(row)), style=None if row.meets_slo else "dim")
-    con.print(t)
+    if r.rows:
+        con.print(t)
     if r.pruned.examples:
         for kind, text in r.pruned.examples:
             con.print(f"[bold]pruned {escape(kind)}[/bold] ({dict(r.pruned.by_reason).get(kind, 0)}): {escape(text)}")
