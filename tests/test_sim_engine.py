@@ -153,3 +153,9 @@ def test_decode_stretches_give_the_step_by_step_result(async_sched):
     assert [(row["running"], row["waiting"], row["kv_usage"]) for row in a.timeline] == \
         [(row["running"], row["waiting"], row["kv_usage"]) for row in b.timeline]
     assert [d for d, _ in sorted(a.itl_w)] == pytest.approx([d for d, _ in sorted(b.itl_w)], abs=1e-9)
+
+
+def test_recomputed_tokens_count_the_resumed_prefill():
+    e = run([SimRequest(0.0, 1000, 500) for _ in range(4)], num_gpu_blocks=160, block_size=32, max_model_len=2048)
+    # the victim resumes with 1,249 tokens and hits 576 of them: 673 recomputed
+    assert e.recomputed == 1249 - 576

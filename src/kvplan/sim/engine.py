@@ -85,6 +85,7 @@ class Engine(KVAccounting):
         self.preemptions = 0
         self.rejected = 0
         self.prompt_computed = 0
+        self.recomputed = 0  # prefill tokens computed again after a preemption
         self.cached_tokens = 0
         self.itl_w: list = []  # (duration, count) per step: gaps of requests decoding back to back
         self.itl_x: list = []  # irregular gaps (after a preemption or a skipped step)
@@ -462,6 +463,8 @@ class Engine(KVAccounting):
             p.chunk = 0
             p.nc += c
             self.prompt_computed += c
+            if p.preempted:
+                self.recomputed += c
             if p.nc >= p.P + p.out:
                 p.out += 1
                 if p.t_first is None:

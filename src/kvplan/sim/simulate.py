@@ -144,8 +144,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                 "goodput": good, "goodput_ratio": round(good / total, 6) if good is not None and total else None}
     tokens = {"input_total": in_tok, "output_total": out_tok, "prompt": in_tok, "output": out_tok,
               "prompt_computed": engine.prompt_computed, "prefix_cache_hit_tokens": engine.cached_tokens,
-              "recomputed": max(0, engine.prompt_computed + engine.cached_tokens - in_tok
-                                - sum(r.P for r in reqs if r.status not in (DONE, REJECTED) and r.t_sched))}
+              "recomputed": engine.recomputed}
     throughput = {"window_s": _r(window),
                   "requests_per_s": _r(len(done) / window) if window else None,
                   "output_tokens_per_s": _r(out_tok / window) if window else None,
