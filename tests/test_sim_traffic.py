@@ -89,3 +89,33 @@ def test_html_report_escapes_and_draws(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert page.count("<svg") >= 4
     json.dumps(d)
+
+
+def test_capacity_boundary_rows_follow_the_plans_ladder():
+    from kvplan.sim import capacity_boundary
+    from tests.test_sim_api import _req
+
+    def make(rate):
+        return synthetic_trace(rate, num_requests=150, input_len=parse_length("uniform:800,1200", "x"),
+                               output_len=parse_length("128", "x"), seed=0)
+
+    rows = capacity_boundary(_req(), make, lo=0.5, hi=6.0, rel_tol=0.25)
+    by_len = {r["max_model_len"]: r for r in rows}
+    assert by_len[2048]["max_sustainable_qps"] is not None
+    assert by_len[2048]["max_sustainable_qps"] == by_len[4096]["max_sustainable_qps"]  # same pool, same budget
+    assert by_len[1024]["max_sustainable_qps"] is None and "rejected" in by_len[1024]["reason"]
+
+
+def test_cli_per_request_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvplan.cli.main import app
+    from tests.test_sim_api import SEED_FLAGS
+
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(app, ["simulate", *SEED_FLAGS, "--rate", "1", "--num-requests", "5", "--max-model-len",
+                                 "2048", "--per-request", "--format", "json", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["per_request"]
+    assert [x["status"] for x in rows] == ["completed"] * 5
+    assert all(x["arrival"] <= x["scheduled"] <= x["first_token"] <= x["end"] for x in rows)

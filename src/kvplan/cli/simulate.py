@@ -107,6 +107,7 @@ def simulate_cmd(
     saturation_search: bool = typer.Option(False, "--find-saturation", help="Also bisect the rate for the max sustainable QPS (at --slo)."),
     capacity: bool = typer.Option(False, "--capacity", help="Max sustainable QPS at the SLO for each max_model_len of the plan's ladder."),
     interval: str = typer.Option("1s", "--timeline-interval", help="Timeline resolution."),
+    per_request: bool = typer.Option(False, "--per-request", help="Add every request's times to the JSON."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
     html: Optional[Path] = typer.Option(None, "--html", help="Write an HTML report (timeline, latency CDF, throughput-latency curve)."),
@@ -165,7 +166,7 @@ def simulate_cmd(
                     long_prefill_token_threshold=long_prefill_token_threshold,
                     async_scheduling=False if no_async_scheduling else None)
         result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
-                          **opts)
+                          per_request=per_request, **opts)
         d = result.to_dict()
         if (saturation_search or html is not None) and (rate is not None or requests):
             # the HTML report's throughput-latency curve is the bisection's probes
