@@ -228,11 +228,18 @@ def _decode_kv_sum(prompt: int, k_from: float, k_to: float) -> float:
     return n * (prompt - 1) + (k_from + k_to) * n / 2
 
 
-def _window_features(reqs: Sequence[_Req], starts: Sequence[float], a: float, b: float) -> list[float]:
-    """Summed step shape of every step that ended in (a, b]: [steps(not set here), seqs, tokens, kv_read, pairs]."""
+def _around(reqs: Sequence[_Req], starts: Sequence[float], span: float, a: float, b: float) -> Sequence[_Req]:
+    """The requests (sorted by send time) that may be alive somewhere in [a, b]: sent by b, and not
+    before a − span (``span`` = the longest send → last token of the run), so a window costs the
+    requests around it, not the whole run."""
+    return reqs[bisect.bisect_left(starts, a - span):bisect.bisect_right(starts, b)]
+
+
+def _window_features(reqs: Sequence[_Req], starts: Sequence[float], a: float, b: float,
+                     span: float = math.inf) -> list[float]:
+    """Summed step shape of every step that ended in (a, b]: [seqs, tokens, kv_read, pairs]."""
     seqs = tokens = kv = pairs = 0.0
-    hi = bisect.bisect_right(starts, b)  # requests sent after b cannot emit in the window
-    for q in reqs[:hi]:
+    for q in _around(reqs, starts, span, a, b):
         if q.last <= a or q.first > b:
             continue
         times = q.emissions
@@ -266,12 +273,13 @@ def build_equations(reqs: Sequence[_Req], window_chunks: int = 0) -> tuple[list[
     windows); ``ttft``: requests that found the engine idle."""
     reqs = sorted(reqs, key=lambda r: r.sent)
     starts = [r.sent for r in reqs]
+    span = max((r.last - r.sent for r in reqs), default=0.0)
     rows: list[list[float]] = []
     ys: list[float] = []
     kinds: list[str] = []
 
     def add(a: float, b: float, steps: float, kind: str) -> None:
-        seqs, tokens, kv, pairs = _window_features(reqs, starts, a, b)
+        seqs, tokens, kv, pairs = _window_features(reqs, starts, a, b, span)
         rows.append([1.0, seqs / steps, tokens / steps, kv / steps, pairs / steps, 0.0])
         ys.append((b - a) / steps)
         kinds.append(kind)
@@ -295,7 +303,7 @@ def build_equations(reqs: Sequence[_Req], window_chunks: int = 0) -> tuple[list[
     # TTFT of requests that had the engine to themselves: no other request was between its send and
     # its last token while this one waited (it would share or delay the prefill step).
     for q in reqs:
-        if any(o is not q and o.sent <= q.first and o.last >= q.sent for o in reqs[:bisect.bisect_right(starts, q.first)]):
+        if any(o is not q and o.sent <= q.first and o.last >= q.sent for o in _around(reqs, starts, span, q.sent, q.first)):
             continue
         rows.append([1.0, 1.0, float(q.prompt), float(q.prompt), q.prompt * q.prompt / 2.0, 1.0])
         ys.append(q.first - q.sent)
@@ -499,9 +507,12 @@ def prefill_step_features(reqs: Sequence[_Req], coincide_s: float = 0.002) -> Op
     if not reqs:
         return None
     acc = [0.0] * len(COEFFICIENTS)
+    reqs = sorted(reqs, key=lambda r: r.sent)
+    starts = [r.sent for r in reqs]
+    span = max(r.last - r.sent for r in reqs)
     for q in reqs:
         seqs, tokens, kv, pairs = 1.0, float(q.prompt), float(q.prompt), q.prompt * q.prompt / 2.0
-        for o in reqs:
+        for o in _around(reqs, starts, span, q.first - coincide_s, q.first + coincide_s):
             if o is q:
                 continue
             if abs(o.first - q.first) <= coincide_s:
