@@ -498,3 +498,25 @@ def test_url_mode_against_a_server_answering_503_is_no_go(tmp_path):
     assert c["profile_matches_plan"]["status"] in ("warn", "fail")  # the fake is not vLLM: profiling fails
     assert c["lengths_max_model_len"]["status"] == "warn"  # no --requests
     assert (tmp_path / "o" / "preflight-bench.json").is_file()
+
+
+def test_dry_run_of_an_overloaded_plan_proposes_simulated_fixes(tmp_path):
+    """A rate one replica cannot carry: the simulator finds the queue growing (load_queue fails), and the
+    fixes are simulated on the same trace: enough replicas keep up."""
+    from kvplan.preflight.run import run_preflight
+
+    log = _log(tmp_path / "log.jsonl", [(1, 3000, 200, 256)] * 400)
+    req = _req(max_model_len=4096)
+    r = run_preflight(req, PreflightOptions(requests=log, target_qps=40, duration_s=10, dry_run=True,
+                                            slo=parse_slo("ttft_p99=5s")))
+    c = {x.id: x for x in r.checks}
+    assert r.verdict == "NO-GO" and r.dry_run
+    q = c["load_queue"]
+    assert q.status == "fail" and q.simulated
+    assert any("saturated=True" in e for e in q.evidence)
+    best = q.fixes[0]
+    assert best.basis.startswith("simulated") and best.change.startswith("--data-parallel-size ")
+    nums = dict(best.numbers)
+    assert nums["saturated"] is False and nums["slo_ttft_p99_met"] is True
+    assert c["slo_ttft_p99"].status == "fail" and c["slo_ttft_p99"].fixes[0] == best
+    assert r.to_dict()["sections"]["load"]["simulated"] is True
