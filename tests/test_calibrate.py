@@ -82,12 +82,20 @@ def test_profile_is_a_fitted_sum_with_named_source(fitted):
     assert one == pytest.approx(low_tpot, rel=0.2)
 
 
-def test_held_out_run_is_predicted(fitted):
-    """Fit on the low-rate run plus the mid-rate run's first half of requests is not possible from
-    files, so check the other direction: each run alone against the pair's profile."""
+def test_pooled_profile_serves_each_run(fitted):
+    """Neither run is sacrificed to the other: the pooled profile reproduces each one's mean TPOT."""
     for run in (LOW, MID):
         q = predict_equations(fitted.profile, [run])
         assert abs(q["tpot"]["mean_error"]) < 0.12, (run.name, q["tpot"])
+
+
+def test_one_run_predicts_the_other_rate():
+    """Held out: a profile from one run predicts the other run's mean TPOT. On these real runs (a
+    shared, loaded host) the error is +27% from 2 -> 0.5 req/s and +12% from 0.5 -> 2 req/s; the
+    bound states it, and is why docs/sim-fidelity.md recommends ramped or several runs."""
+    for train, test, bound in ((MID, LOW, 0.30), (LOW, MID, 0.15)):
+        q = predict_equations(calibrate([train]).profile, [test])
+        assert abs(q["tpot"]["mean_error"]) < bound, (train.name, test.name, q["tpot"])
 
 
 def test_runs_are_read_in_order_with_explicit_records(tmp_path):
