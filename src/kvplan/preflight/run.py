@@ -283,7 +283,8 @@ def _plan_headline(plan_result) -> dict:
             "max_model_len": f.max_model_len, "max_num_seqs": f.max_num_seqs, "block_size": f.block_size,
             "gpu_memory_utilization": f.gpu_memory_utilization, "kv_cache_tokens": plan_result.kv.kv_cache_tokens,
             "num_gpu_blocks": plan_result.kv.num_gpu_blocks, "max_concurrency": plan_result.kv.max_concurrency,
-            "gpu_memory_fraction": round(gpu_memory_fraction(plan_result), 4), "device": f.device,
+            "gpu_memory_fraction": round(gpu_memory_fraction(plan_result), 4) if f.device == "cuda" else None,
+            "device": f.device,
             "serve_command": plan_result.serve_command}
 
 
