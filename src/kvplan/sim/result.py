@@ -40,15 +40,14 @@ def summarize(xs: Sequence[float]) -> dict:
 def summarize_weighted(pairs: Sequence[tuple[float, int]]) -> dict:
     """The same summary over (value, count) pairs, as if each value were repeated count times
     (numpy's linear interpolation on the expanded, sorted array)."""
-    items = sorted(pairs)
-    if any(c <= 0 for _, c in items):
-        items = [(v, c) for v, c in items if c > 0]
+    items = sorted(pairs)  # the engine only records counts >= 1
     out: dict[str, Any] = {}
     if not items:
         out.update({k: None for k, _ in STATS})
         out.update({"max": None, "mean": None, "count": 0})
         return out
-    cum = list(itertools.accumulate(c for _, c in items))  # cum[j] = index after the last copy of items[j]
+    counts = [c for _, c in items]
+    cum = list(itertools.accumulate(counts))  # cum[j] = index after the last copy of items[j]
     n = cum[-1]
 
     def at(k: int) -> float:
