@@ -28,6 +28,26 @@ configs = st.fixed_dictionaries({
 })
 
 
+class _Audited(Engine):
+    """After every step: the free queue adds up, and the blocks the running requests hold (their own
+    plus each shared chain's held prefix, counted once) are exactly the pool's used blocks."""
+
+    def _finish_step(self, *args):
+        super()._finish_step(*args)
+        assert self.pool.check() is None
+        if not self.simple:
+            assert sum(r.held for r in self.running) == self.pool.usable - self.pool.free
+            return
+        used = 0
+        for r in self.running:
+            nc = self._nc(r)
+            own = -(-nc // self.bs)
+            used += own - (nc // self.bs if r.ext is not None and r.ext is r.sh else r.sh_h)
+        for ch in {id(r.sh): r.sh for r in self.running if r.sh is not None}.values():
+            used += self.pool.held_top(ch)
+        assert used == self.pool.usable - self.pool.free
+
+
 def _build(reqs, cfg):
     t = 0.0
     out = []
@@ -37,7 +57,7 @@ def _build(reqs, cfg):
     bs = cfg["block_size"]
     mml = cfg["max_model_len"]
     per_req = len(cfg["groups"]) * (-(-mml // bs))
-    e = Engine(requests=out, num_gpu_blocks=per_req + 1 + cfg["extra_blocks"], block_size=bs,
+    e = _Audited(requests=out, num_gpu_blocks=per_req + 1 + cfg["extra_blocks"], block_size=bs,
                max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_seqs"] + cfg["mnbt_extra"] + 1,
                max_model_len=mml, profile=PROFILE, groups=cfg["groups"],
                enable_prefix_caching=cfg["enable_prefix_caching"],
