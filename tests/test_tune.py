@@ -110,3 +110,56 @@ def test_usage_errors():
         tune(BASE, BURST, (), space=replace(TINY, max_num_seqs=(0,)))
     with pytest.raises(UsageError, match="--processes"):
         tune(BASE, BURST, (), space=TINY, processes=0)
+
+
+def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
+    big = replace(BASE, kv_cache_memory_bytes=4000 * BLOCK_BF16)
+    space = replace(TINY, max_num_seqs=(4, 64, 128))
+    slo = parse_slo("ttft_p99=200ms")
+    fast = tune(big, STEADY, slo, space=space, profile=STEP, processes=1)
+    full = tune(big, STEADY, slo, space=space, profile=STEP, processes=1, reuse=False)
+    # Per KV dtype: 4 sequences make requests wait (simulated), 64 never fill up (simulated) and
+    # stand for 128.
+    assert (fast.simulated, fast.reused, full.simulated, full.reused) == (4, 2, 6, 0)
+    reused = [r for r in fast.rows if r.reused_from]
+    assert sorted(r.flags["max_num_seqs"] for r in reused) == [128, 128]
+    assert all("seqs=64" in r.reused_from for r in reused)
+
+    def strip(r):
+        d = r.to_dict()
+        d.pop("reused_from")
+        return d
+
+    assert [strip(r) for r in fast.rows] == [strip(r) for r in full.rows]
+    # Shared prefixes: more free blocks keep more cached prefixes, so no run stands for another.
+    from kvplan.sim import Trace
+
+    prefixed = Trace(tuple(replace(r, prefix_id="system", prefix_tokens=48) for r in STEADY.requests), "prefixed")
+    assert tune(big, prefixed, slo, space=space, profile=STEP, processes=1).reused == 0
+
+
+def test_the_reuse_rule():
+    from kvplan.sim.tune_reuse import can_stand_for, step_demand_blocks
+    from kvplan.sim.tune_share import ShareOutcome
+    from kvplan.sim.tune_space import expand
+
+    big = replace(BASE, kv_cache_memory_bytes=4000 * BLOCK_BF16)
+    cands, _, _ = expand(big, replace(TINY, kv_cache_dtype=("auto",), max_num_seqs=(64, 128)), STEADY)
+    s64, s128 = sorted(cands, key=lambda c: c.plan.flags.max_num_seqs)
+    demand = step_demand_blocks(s128, 100)
+    assert demand == 2 * 128 + 8192 // 16 + 7 + 2
+    usable = s128.plan.kv.usable_blocks
+
+    def run(**kw):
+        base = dict(total=1, completed=1, rejected=0, failed=0, output_tokens=1, start_s=0.0, end_s=1.0, ttft=(0.1,),
+                    tpot=(None,), e2e=(1.0,), itl={}, preemptions=0, max_waiting=0, kv_peak_blocks=100)
+        return ShareOutcome(**{**base, **kw})
+
+    assert can_stand_for(s64, [run()], s128, 100)
+    assert not can_stand_for(s128, [run()], s64, 100)  # fewer sequences than the run had
+    assert not can_stand_for(s64, [run(max_waiting=1)], s128, 100)
+    assert not can_stand_for(s64, [run(preemptions=1)], s128, 100)
+    assert not can_stand_for(s64, [run(kv_rejections=1)], s128, 100)
+    assert can_stand_for(s64, [run(kv_peak_blocks=usable - demand)], s128, 100)
+    assert not can_stand_for(s64, [run(kv_peak_blocks=usable - demand + 1)], s128, 100)
+    assert not can_stand_for(s64, [run(), run(max_waiting=2)], s128, 100)  # every replica's run counts

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import UsageError
 from .tune_exec import Runner, choose_backend
+from .tune_reuse import can_stand_for, family_key, trace_shares_prefixes
 from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
                         pareto_latency_key, rank_key)
 from .tune_share import ShareOutcome, combine_shares, simulate_share
@@ -56,6 +57,7 @@ class TuneRow:
     profile: str
     serve_command: str
     pareto: bool = False
+    reused_from: Optional[str] = None  # the simulated configuration whose run stands for this one
 
     def metric(self, key: str) -> Optional[float]:
         metric, _, stat = key.partition("_")
@@ -70,7 +72,7 @@ class TuneRow:
                 "requests": dict(self.requests), "throughput": dict(self.throughput),
                 "latency_s": {k: dict(v) for k, v in self.latency_s.items()}, "preemptions": self.preemptions,
                 "kv": dict(self.kv), "profile": self.profile, "serve_command": self.serve_command,
-                "pareto": self.pareto}
+                "pareto": self.pareto, "reused_from": self.reused_from}
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class TuneResult:
     workload_max_model_len: int
     combinations: int
     pruned: Pruned
-    simulated: int
+    simulated: int  # configurations whose run was simulated
+    reused: int  # configurations ranked on a simulated run that provably stands for theirs
     skipped: int  # not simulated: more GPUs than can beat the winner (see ``tune``)
     rows: tuple[TuneRow, ...]
     pareto_latency: str
@@ -114,7 +117,7 @@ class TuneResult:
             "slo": {k: v for k, v in self.slos}, "trace": dict(self.trace), "base": dict(self.base),
             "space": dict(self.space), "workload_max_model_len": self.workload_max_model_len,
             "combinations": self.combinations, "pruned": self.pruned.to_dict(), "simulated": self.simulated,
-            "skipped": self.skipped,
+            "reused": self.reused, "skipped": self.skipped,
             "ok": self.ok, "winner": w.to_dict() if w else None,
             "closest": self.closest.to_dict() if self.closest else None,
             "serve_command": w.serve_command if w else None,
@@ -127,7 +130,7 @@ class TuneResult:
 def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
          objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
          profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
-         exhaustive: bool = False) -> TuneResult:
+         exhaustive: bool = False, reuse: bool = True) -> TuneResult:
     """Search ``space`` around ``base`` for the configuration that serves ``trace`` best under
     ``slos``.
 
@@ -141,7 +144,11 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     skipped when it cannot beat the best configuration already meeting the SLOs: with more GPUs
     (``min_gpus``), or a goodput per GPU that cannot reach the best's even if every request were
     good (requests / arrival span / GPUs: goodput never exceeds the offered rate). The winner is
-    the same either way; the skipped ones are counted, not ranked."""
+    the same either way; the skipped ones are counted, not ranked.
+
+    With ``reuse`` (the default), a configuration that differs from a simulated one only in limits
+    that run never reached (more ``max_num_seqs``, more KV blocks; :mod:`.tune_reuse` has the exact
+    rule) takes that run instead of repeating it, and its row names it (``reused_from``)."""
     if objective not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if not trace.requests:
@@ -152,7 +159,9 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     lat_key = pareto_latency_key(slos)
     limits = goodput_limits(slos)
     rows: list[tuple[TuneRow, tuple]] = []
-    skipped = 0
+    skipped = n_reused = 0
+    prefixes = trace_shares_prefixes(trace)
+    max_prompt = max(r.prompt_tokens for r in trace.requests)
     with Runner(backend, {"trace": trace}) as runner:
         cands, pruned, floor = expand(base, space, trace, plan_all=runner.map)
         for gpus in sorted({c.gpus for c in cands}):
@@ -162,16 +171,11 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
                 level_kept = [c for c in level if not _cannot_win(c, best, objective, trace, all_replicas)]
                 skipped += len(level) - len(level_kept)
                 level = level_kept
-            tasks = []
-            for c in level:
-                prof = profile if _profiled(c, base, profile) else None
-                for k in range(c.data_parallel_size if all_replicas else 1):
-                    tasks.append((c.index, c.request, c.plan, prof, c.data_parallel_size, k))
-            outcomes = runner.map(simulate_share, tasks)
-            by_cand: dict[int, list[ShareOutcome]] = {}
-            for (idx, *_), out in zip(tasks, outcomes):
-                by_cand.setdefault(idx, []).append(out)
-            rows.extend(_row(c, by_cand[c.index], slos, limits, lat_key, objective) for c in level)
+            outcomes, reused = _simulate_level(runner, level, base, profile, all_replicas, reuse and not prefixes,
+                                               max_prompt)
+            rows.extend(_row(c, outcomes[c.index], slos, limits, lat_key, objective,
+                             reused[c.index].label() if c.index in reused else None) for c in level)
+            n_reused += len(reused)
     combos = pruned.total + pruned.duplicates + len(cands)
     rows.sort(key=lambda x: x[1])
     ranked = [r for r, _ in rows]
@@ -180,6 +184,9 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     ranked = [replace(r, rank=i + 1, pareto=i in on_front) for i, r in enumerate(ranked)]
     front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
     notes: list[str] = []
+    if n_reused:
+        notes.append(f"{n_reused} configuration(s) took the run of a simulated one that differs only in "
+                     "max_num_seqs / KV blocks the traffic never reached (reused_from; --no-reuse simulates them)")
     if skipped:
         notes.append(f"{skipped} configuration(s) with more GPUs were not simulated: they cannot beat the winner "
                      f"on {objective} (--exhaustive simulates them; the Pareto front is over the simulated ones)")
@@ -199,12 +206,60 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     return TuneResult(
         objective=objective, slos=tuple((s.key, s.limit) for s in slos), trace=_trace_info(trace),
         space=space.to_dict(), workload_max_model_len=floor, combinations=combos, pruned=pruned,
-        simulated=len(ranked), skipped=skipped, rows=tuple(ranked), pareto_latency=lat_key,
+        simulated=len(ranked) - n_reused, reused=n_reused, skipped=skipped, rows=tuple(ranked),
+        pareto_latency=lat_key,
         pareto=tuple(i + 1 for i in front),
-        backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive},
+        backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive, "reuse": reuse},
         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
         base={"model": base.model.name, "gpu": base.gpu.name},
     )
+
+
+def _simulate_level(runner: Runner, level: list[Candidate], base, profile, all_replicas: bool, reuse: bool,
+                    max_prompt: int) -> tuple[dict[int, list[ShareOutcome]], dict[int, Candidate]]:
+    """Simulate one GPU count's configurations. With ``reuse``, in rounds: each family's smallest
+    unresolved member (fewest sequences, then blocks) is simulated, then every member its run stands
+    for takes that run. Returns the runs by candidate index, and which candidates took another's."""
+    def run(cands: list[Candidate]) -> dict[int, list[ShareOutcome]]:
+        tasks = []
+        for c in cands:
+            prof = profile if _profiled(c, base, profile) else None
+            for k in range(c.data_parallel_size if all_replicas else 1):
+                tasks.append((c.index, c.request, c.plan, prof, c.data_parallel_size, k))
+        out: dict[int, list[ShareOutcome]] = {}
+        for (idx, *_), res in zip(tasks, runner.map(simulate_share, tasks)):
+            out.setdefault(idx, []).append(res)
+        return out
+
+    families: dict[tuple, list[Candidate]] = {}
+    singles: list[Candidate] = []
+    for c in level:
+        key = family_key(c, _profiled(c, base, profile)) if reuse else None
+        if key is None:
+            singles.append(c)
+        else:
+            families.setdefault(key, []).append(c)
+    pending = [sorted(m, key=lambda c: (c.plan.flags.max_num_seqs, c.plan.kv.usable_blocks, c.index))
+               for m in families.values()]
+    outcomes: dict[int, list[ShareOutcome]] = {}
+    reused: dict[int, Candidate] = {}
+    batch = singles  # the first round also runs the configurations outside any family
+    while pending or batch:
+        outcomes.update(run(batch + [m[0] for m in pending]))
+        batch = []
+        nxt = []
+        for src, *rest in pending:
+            left = []
+            for c in rest:
+                if can_stand_for(src, outcomes[src.index], c, max_prompt):
+                    outcomes[c.index] = outcomes[src.index]
+                    reused[c.index] = src
+                else:
+                    left.append(c)
+            if left:
+                nxt.append(left)
+        pending = nxt
+    return outcomes, reused
 
 
 def _cannot_win(c: Candidate, best: TuneRow, objective: str, trace, all_replicas: bool) -> bool:
@@ -244,7 +299,7 @@ def _trace_info(trace) -> dict[str, Any]:
 
 
 def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
-         objective: str) -> tuple[TuneRow, tuple]:
+         objective: str, reused_from: Optional[str] = None) -> tuple[TuneRow, tuple]:
     fleet = combine_shares(shares)
     good = count_good(fleet.ttft, fleet.tpot, fleet.e2e, limits)
     total = fleet.total
@@ -269,7 +324,7 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
         latency_s=fleet.latency, preemptions=fleet.preemptions,
         kv={"num_gpu_blocks": c.plan.kv.num_gpu_blocks, "kv_cache_tokens": c.plan.kv.kv_cache_tokens,
             "max_concurrency": c.plan.kv.max_concurrency},
-        profile=shares[0].profile, serve_command=c.plan.serve_command,
+        profile=shares[0].profile, serve_command=c.plan.serve_command, reused_from=reused_from,
     )
     lat = row.metric(lat_key)
     return row, rank_key(objective, meets, row.goodput_per_gpu, lat, gpus, miss, c.index)

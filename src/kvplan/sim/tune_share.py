@@ -35,6 +35,10 @@ class ShareOutcome:
     itl: dict  # the replica's ITL percentiles
     preemptions: int
     profile: str = ""  # the step-time profile's source
+    # What the reuse rule (:mod:`.tune_reuse`) needs to know about the run:
+    max_waiting: int = 0  # the waiting queue after a step, at its longest
+    kv_peak_blocks: int = 0  # KV blocks in use after a step, at most
+    kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,12 @@ def outcome_of(result, trace) -> ShareOutcome:
         end = e if end is None or e > end else end
     req = result.requests
     start = trace.requests[0].arrival_s if trace.requests else 0.0
+    kv = result.kv_cache
+    peak = math.ceil(float(kv.get("peak_usage") or 0.0) * int(kv.get("usable_blocks") or 0) + 1e-9) + 1
     return ShareOutcome(
         total=req["total"], completed=req["completed"], rejected=req["rejected"], failed=req["failed"],
         output_tokens=result.tokens["output"], start_s=start, end_s=start if end is None else end,
         ttft=tuple(ttft), tpot=tuple(tpot), e2e=tuple(e2e), itl=dict(result.latency_s["itl"]),
-        preemptions=int(result.preemptions),
+        preemptions=int(result.preemptions), max_waiting=int(result.engine.get("max_waiting") or 0),
+        kv_peak_blocks=peak, kv_rejections=int(result.rejected_reasons.get("exceeds_kv_cache", 0)),
     )
