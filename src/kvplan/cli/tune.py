@@ -149,6 +149,8 @@ def tune_cmd(
     objective: str = typer.Option("goodput_per_gpu", "--objective", help="goodput_per_gpu or min_gpus."),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="Simulate every configuration, also those with "
                                     "more GPUs than can beat the winner (full ranking and Pareto front)."),
+    no_reuse: bool = typer.Option(False, "--no-reuse", help="Simulate every configuration, also those a simulated "
+                                  "run provably stands for (max_num_seqs / KV blocks it never reached)."),
     all_replicas: bool = typer.Option(False, "--all-replicas", help="With DP: simulate every replica's share, not "
                                       "one (percentiles over the whole trace; DP times the work)."),
     processes: Optional[int] = typer.Option(None, "--processes", help="Parallel simulations (default: CPU count)."),
@@ -195,7 +197,7 @@ def tune_cmd(
         from ..sim.tune import tune
 
         result = tune(base, trace, slos, space=space, objective=objective, processes=processes,
-                      ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive)
+                      ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive, reuse=not no_reuse)
         text = _render(result, fmt, top, to_file=output is not None)
         if output is not None:
             from pathlib import Path

@@ -48,8 +48,9 @@ def pruned_text(r: TuneResult) -> str:
     parts = ", ".join(f"{k} {n}" for k, n in p.by_reason) or "none"
     dup = f"; {p.duplicates} duplicate(s) of listed flags simulated once" if p.duplicates else ""
     skip = f"; {r.skipped} with more GPUs skipped (cannot beat the winner)" if r.skipped else ""
+    reuse = f", {r.reused} ranked on an identical run (limits never reached)" if r.reused else ""
     return (f"{r.combinations} combination(s): {p.total} pruned before simulation ({parts}){dup}; "
-            f"{r.simulated} simulated{skip}")
+            f"{r.simulated} simulated{reuse}{skip}")
 
 
 def verdict(r: TuneResult) -> str:
