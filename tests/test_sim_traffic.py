@@ -61,8 +61,10 @@ def test_replayed_conversations_hit_the_prefix_cache(tmp_path):
 def test_bad_log_is_a_usage_error_naming_the_file(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"nothing": 1}\nnot json\n')
-    with pytest.raises(UsageError, match="bad.jsonl"):
+    with pytest.raises(UsageError, match=r"bad.jsonl:1: .*unknown_shape"):
         trace_from_log(str(p))
+    with pytest.raises(UsageError, match="file_not_found"):
+        trace_from_log(str(tmp_path / "missing.jsonl"))
 
 
 def test_find_saturation_brackets_the_sustainable_rate():

@@ -78,10 +78,12 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
     flush()
     if num_requests is not None:
         rows = rows[:num_requests]
-    for reason, n in book.skipped.items():
+    for reason, n in list(book.skipped.items()) + [(f"file:{k}", v) for k, v in book.file_skipped.items()]:
         skipped[reason] = skipped.get(reason, 0) + n
     if not rows:
-        raise UsageError(f"--requests: no usable request in {', '.join(map(str, paths))} (skipped: {skipped or 'none'})")
+        first = f"; first problem: {book.issues[0]}" if book.issues else ""
+        raise UsageError(f"--requests: no usable request in {', '.join(map(str, paths))} "
+                         f"(skipped: {skipped or 'none'}){first}")
 
     if rate is None:
         try:
