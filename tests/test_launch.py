@@ -159,7 +159,7 @@ def test_timeout_stops_the_whole_group_including_a_worker_ignoring_sigterm(tmp_p
     fake = _fake_bin(tmp_path, "sh -c 'trap \"\" TERM; while :; do sleep 0.2; done' &\nwhile :; do sleep 0.2; done\n")
     t0 = time.monotonic()
     with pytest.raises(L.LaunchFailed, match="did not serve within 2 s") as info:
-        L.launch_vllm(_plan(_model_dir(tmp_path)), vllm_bin=fake, startup_timeout_s=2)
+        L.launch_vllm(_plan(_model_dir(tmp_path)), vllm_bin=fake, startup_timeout_s=2, log_path=tmp_path / "t.log")
     assert time.monotonic() - t0 < 30
     exc = info.value
     assert len(exc.pids) >= 2  # the script and its stubborn child
@@ -182,7 +182,7 @@ def test_keyboard_interrupt_while_waiting_stops_the_server(tmp_path, monkeypatch
     try:
         signal.setitimer(signal.ITIMER_REAL, 1.0)
         with pytest.raises(KeyboardInterrupt):
-            L.launch_vllm(_plan(_model_dir(tmp_path)), vllm_bin=fake, startup_timeout_s=60)
+            L.launch_vllm(_plan(_model_dir(tmp_path)), vllm_bin=fake, startup_timeout_s=60, log_path=tmp_path / "k.log")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -213,3 +213,17 @@ def test_readiness_probe_ignores_an_http_proxy(monkeypatch):
     finally:
         srv.shutdown()
     assert L._get_status("http://127.0.0.1:9/health") is None  # nothing listening: no answer, no exception
+
+
+def test_default_log_is_a_named_temporary_file(tmp_path):
+    import tempfile
+
+    fake = _fake_bin(tmp_path, 'echo "ValueError: no"\nexit 1\n')
+    with pytest.raises(L.LaunchFailed) as info:
+        L.launch_vllm(_plan(_model_dir(tmp_path)), vllm_bin=fake, startup_timeout_s=30)
+    path = info.value.log_path
+    try:
+        assert path.parent == Path(tempfile.gettempdir()) and path.name.startswith("kvplan-vllm-")
+        assert path.read_text().startswith("ValueError: no")  # kept for the user: the report names it
+    finally:
+        path.unlink()
