@@ -19,7 +19,7 @@ from tests.vllm_server import env
 
 pytestmark = pytest.mark.vllm
 
-STARTUP_TIMEOUT_S = 170.0  # 30-90 s on the shared 2-core machine; the test stays under 3 min
+STARTUP_TIMEOUT_S = 300.0  # 30 s idle, up to ~170 s measured while other servers start on the 2-core machine
 
 
 def cpu_plan(model_dir: Path, **flags):
