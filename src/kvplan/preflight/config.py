@@ -60,7 +60,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
 def _load_yaml(p: Path, text: str) -> tuple[Any, dict[str, int]]:
     try:
         import yaml
-    except ImportError:  # PyYAML is not a kvplan dependency; TOML needs nothing (tomllib)
+    except ImportError:  # PyYAML is a dependency; a broken install still gets a clear message
         raise UsageError(f"--config {p}: reading YAML needs PyYAML (pip install pyyaml), or write the same keys "
                          "as a .toml file") from None
 
