@@ -159,3 +159,29 @@ def test_recomputed_tokens_count_the_resumed_prefill():
     e = run([SimRequest(0.0, 1000, 500) for _ in range(4)], num_gpu_blocks=160, block_size=32, max_model_len=2048)
     # the victim resumes with 1,249 tokens and hits 576 of them: 673 recomputed
     assert e.recomputed == 1249 - 576
+
+
+def test_a_system_prompt_is_shared_across_conversations_and_history_within_one():
+    sys = dict(root_id="sys", root_tokens=400)
+    reqs = [SimRequest(0.0, 500, 50, "A", 0, **sys),  # conversation A, turn 1: computes the system prompt
+            SimRequest(1.0, 450, 50, "B", 0, **sys),  # conversation B, turn 1: hits the system prompt only
+            SimRequest(2.0, 700, 10, "A", 550, **sys)]  # A, turn 2: system prompt + A's first turn
+    e = run(reqs)
+    a1, b1, a2 = e.reqs
+    assert a1.hit_tokens == 0
+    assert b1.hit_tokens == 400 // 16 * 16  # 25 full blocks of the system prompt
+    # A's history: turn 1's 549 computed tokens = 34 full blocks (the last sampled token has no KV)
+    assert a2.hit_tokens == 549 // 16 * 16
+
+
+def test_a_resumed_request_does_not_extend_the_root_with_its_private_blocks():
+    # regression: a preempted request resuming into its private blocks held root content twice
+    reqs = [SimRequest(0.96, 229, 291, "c", 225, root_id="s2", root_tokens=114),
+            SimRequest(1.20, 843, 51, "d", 465, root_id="s2", root_tokens=270),
+            SimRequest(1.42, 809, 174, None, 766, root_id="s1", root_tokens=367)]
+    prof = StepTimeProfile(overhead_s=0.003, per_seq_s=1e-5, weights_read_s=0.002, per_kv_token_s=1e-7,
+                           per_token_s=2e-5, per_attn_pair_s=1e-9)
+    e = run(reqs, num_gpu_blocks=70, max_num_batched_tokens=256, max_model_len=1024, profile=prof,
+            long_prefill_token_threshold=64, async_scheduling=True, max_num_seqs=18)
+    assert e.preemptions >= 1
+    assert e.pool.free == e.pool.usable

@@ -13,7 +13,8 @@ PROFILE = StepTimeProfile(overhead_s=0.003, per_seq_s=1e-5, weights_read_s=0.002
                           per_token_s=2e-5, per_attn_pair_s=1e-9)
 
 requests = st.lists(st.tuples(st.floats(0, 0.5), st.integers(1, 1500), st.integers(1, 400),
-                              st.sampled_from([None, "a", "b"]), st.integers(0, 600)), min_size=1, max_size=60)
+                              st.sampled_from([None, "a", "b"]), st.integers(0, 600),
+                              st.sampled_from([None, "sys"]), st.integers(0, 300)), min_size=1, max_size=60)
 configs = st.fixed_dictionaries({
     "block_size": st.sampled_from([16, 32]),
     "extra_blocks": st.integers(0, 300),
@@ -41,9 +42,13 @@ class _Audited(Engine):
         used = 0
         for r in self.running:
             nc = self._nc(r)
+            full = nc // self.bs
             own = -(-nc // self.bs)
-            used += own - (nc // self.bs if r.ext is not None and r.ext is r.sh else r.sh_h)
-        for ch in {id(r.sh): r.sh for r in self.running if r.sh is not None}.values():
+            own -= max(0, full - r.rb) if r.ext is not None and r.ext is r.sh else r.sh_h
+            own -= min(full, r.rb) if r.root_ext else r.root_h
+            used += own
+        shared = {id(c): c for r in self.running for c in (r.sh, r.root) if c is not None}
+        for ch in shared.values():
             used += self.pool.held_top(ch)
         assert used == self.pool.usable - self.pool.free
 
@@ -51,9 +56,9 @@ class _Audited(Engine):
 def _build(reqs, cfg):
     t = 0.0
     out = []
-    for gap, p, o, pid, ptok in reqs:
+    for gap, p, o, pid, ptok, root, rtok in reqs:
         t += gap
-        out.append(SimRequest(t, p, o, pid, min(ptok, p)))
+        out.append(SimRequest(t, p, o, pid, min(ptok, p), root_id=root, root_tokens=min(rtok, p)))
     bs = cfg["block_size"]
     mml = cfg["max_model_len"]
     per_req = len(cfg["groups"]) * (-(-mml // bs))

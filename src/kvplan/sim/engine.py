@@ -63,7 +63,8 @@ class Engine(KVAccounting):
         self.caching = enable_prefix_caching and self.simple
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.pool = BlockPool(num_gpu_blocks, block_size, self._ext_blocks)
-        self.reqs = [Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, r.prefix_id, r.prefix_tokens)
+        self.reqs = [Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, r.prefix_id, r.prefix_tokens,
+                         getattr(r, "root_id", None), getattr(r, "root_tokens", 0) // block_size)
                      for i, r in enumerate(requests)]
         self.chains: dict = {}
         self.running: list[Req] = []
@@ -395,8 +396,8 @@ class Engine(KVAccounting):
                 break
             r = waiting[0]
             num_tokens = r.P + r.out
-            hs, hp, ev = self._lookup(r, num_tokens)
-            hit_b = hs + hp
+            hr, hs, hp, ev = self._lookup(r, num_tokens)
+            hit_b = hr + hs + hp
             hit = hit_b * bs
             num_new = num_tokens - hit
             if 0 < thr < num_new:
@@ -415,7 +416,7 @@ class Engine(KVAccounting):
             waiting.popleft()
             running.append(r)
             if self.simple:
-                self._admit_blocks(r, hs, hp)
+                self._admit_blocks(r, hr, hs, hp)
             pool.take(need)
             if not self.simple:
                 r.held = need

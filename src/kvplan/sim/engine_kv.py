@@ -14,11 +14,17 @@ WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
 
 
 class Req:
-    __slots__ = ("i", "arrival", "P", "O", "pid", "ptok", "status", "nc", "off", "out", "chunk",
+    __slots__ = ("i", "arrival", "P", "O", "pid", "ptok", "root_id", "rb", "root", "root_h", "root_ext",
+                 "status", "nc", "off", "out", "chunk",
                  "sh", "sh_h", "ext", "pv", "pv_base", "t_sched", "t_first", "t_last", "t_end",
                  "preempted", "irregular", "pending_free", "held", "hit_tokens")
 
-    def __init__(self, i: int, arrival: float, P: int, O: int, pid, ptok: int):
+    def __init__(self, i: int, arrival: float, P: int, O: int, pid, ptok: int, root_id=None, rb: int = 0):
+        self.root_id = root_id  # a prefix shared across prefix_ids (a system prompt): rb full blocks
+        self.rb = rb if root_id is not None else 0
+        self.root: Optional[Chain] = None
+        self.root_h = 0  # root blocks held (not extending it)
+        self.root_ext = False  # its new blocks continue the root chain, up to rb
         self.i = i
         self.arrival = arrival
         self.P = P
@@ -54,11 +60,16 @@ class KVAccounting:
     def _nc(self, r: Req) -> int:
         return self.G + r.off if r.status == DECODE else r.nc
 
-    def _ext_blocks(self, r: Req) -> int:
-        """Blocks of the chain ``r`` extends that it holds so far (full blocks of computed tokens)."""
+    def _ext_blocks(self, r: Req, chain: Chain) -> int:
+        """Blocks of ``chain`` that its extender ``r`` holds so far (full blocks of computed tokens;
+        a conversation chain counts from the end of the root, a private one from ``pv_base``)."""
         nc = self.G + r.off if r.status == DECODE else r.nc
         full = nc // self.bs
-        return full if r.ext is r.sh else full - r.pv_base
+        if chain is r.root:
+            return full if full < r.rb else r.rb
+        if chain is r.sh:
+            return full - r.rb if full > r.rb else 0
+        return full - r.pv_base
 
     # -- KV accounting --------------------------------------------------------------------------
     def _blocks(self, slots: int, processed: int) -> int:
@@ -105,16 +116,18 @@ class KVAccounting:
             return
         total = -(-nc // self.bs)
         full = nc // self.bs
+        rb = r.rb
+        root_h = (full if full < rb else rb) if r.root_ext else r.root_h
         pv = r.pv if r.ext is not None and r.ext is r.pv else None
+        pv_h = 0
         if r.ext is not None and r.ext is r.sh:
-            sh_h = min(full, total)
-            pv_h = 0
+            sh_h = full - rb if full > rb else 0
         else:
             sh_h = r.sh_h
             pv_h = max(0, full - r.pv_base) if self.caching else 0
             if pv is None and pv_h and preempted:
                 pv = r.pv = Chain()  # created only now: most requests are never preempted
-        anon = total - sh_h - (pv_h if pv is not None else 0)
+        anon = total - root_h - sh_h - (pv_h if pv is not None else 0)
         pool.release_anonymous(anon)
         if pv is not None:
             if pv_h > 0:
@@ -125,36 +138,68 @@ class KVAccounting:
             r.pv = None
         if r.sh is not None:
             pool.release_holder(r.sh, sh_h, was_extender=r.ext is r.sh)
+        if r.root is not None:
+            pool.release_holder(r.root, root_h, was_extender=r.root_ext)
         r.ext = None
         r.sh_h = 0
+        r.root_h = 0
+        r.root_ext = False
 
-    def _lookup(self, r: Req, num_tokens: int) -> tuple[int, int, int]:
-        """Prefix-cache hit in blocks: (shared-chain blocks, private blocks, evictable among them).
-        ``get_computed_blocks``: at most ``num_tokens - 1`` tokens, full blocks only."""
+    def _lookup(self, r: Req, num_tokens: int) -> tuple[int, int, int, int]:
+        """Prefix-cache hit in blocks: (root blocks, conversation blocks, private blocks, evictable
+        among them). ``get_computed_blocks``: at most ``num_tokens - 1`` tokens, full blocks only,
+        and a chain of hashes: nothing past the first missing block."""
         if not self.caching:
-            return 0, 0, 0
-        pool, bs = self.pool, self.bs
+            return 0, 0, 0, 0
+        pool, bs, rb = self.pool, self.bs, r.rb
         cap = (num_tokens - 1) // bs
-        hs = ev = 0
-        if r.pid is not None:
+        hr = hs = ev = 0
+        if r.root_id is not None:
+            rc = self.chains.get(r.root_id)
+            if rc is not None:
+                hr = min(pool.cached(rc), rb, cap)
+                ev += pool.evictable(rc, hr)
+        if r.pid is not None and hr == rb:
             ch = self.chains.get(r.pid)
             if ch is not None:
                 own = ch.last_extender is r or ch.extender is r
-                lim = cap if own else min(cap, r.ptok // bs)
-                hs = min(pool.cached(ch), lim)
-                ev = pool.evictable(ch, hs)
+                lim = (cap if own else min(cap, r.ptok // bs)) - rb
+                hs = max(0, min(pool.cached(ch), lim))
+                ev += pool.evictable(ch, hs)
         hp = 0
-        if r.pv is not None and r.pv_base == hs and hs < cap:
-            hp = min(r.pv.cached, cap - hs)
+        base = hr + hs
+        if r.pv is not None and r.pv_base == base and base < cap:
+            hp = min(r.pv.cached, cap - base)
             ev += hp  # a private chain has no other holder: its cached blocks are all free
-        return hs, hp, ev
+        return hr, hs, hp, ev
 
-    def _admit_blocks(self, r: Req, hs: int, hp: int) -> None:
-        """Take the hit blocks out of the queue and decide which chain the new blocks extend."""
-        pool = self.pool
-        ch = self.chains.get(r.pid) if r.pid is not None else None
-        if ch is None and r.pid is not None and self.caching:
-            ch = self.chains[r.pid] = Chain()
+    def _admit_blocks(self, r: Req, hr: int, hs: int, hp: int) -> None:
+        """Take the hit blocks out of the queue and decide which chains the new blocks extend."""
+        pool, chains = self.pool, self.chains
+        if not self.caching:
+            r.root = r.sh = r.ext = r.pv = None
+            r.sh_h = r.root_h = r.pv_base = 0
+            return
+        if r.root_id is not None:
+            rc = chains.get(r.root_id)
+            if rc is None:
+                rc = chains[r.root_id] = Chain()
+            r.root = rc
+            if hr > 0:
+                pool.touch(rc, hr)
+            if rc.extender is None and hr < r.rb and hr == pool.cached(rc) and hp == 0:
+                # it computes the rest of the root for everyone (a resume that continues into its
+                # own private blocks already holds that content there)
+                r.root_ext = True
+                rc.extender = r
+                r.root_h = 0
+            else:
+                r.root_ext = False
+                pool.add_holder(rc, hr)
+                r.root_h = hr
+        ch = chains.get(r.pid) if r.pid is not None else None
+        if ch is None and r.pid is not None:
+            ch = chains[r.pid] = Chain()
         r.sh = ch
         if ch is not None and hs > 0:
             pool.touch(ch, hs)
@@ -162,7 +207,8 @@ class KVAccounting:
             pool.touch(r.pv, hp)  # private chain indices are relative to pv_base
             r.ext = r.pv
             r.pv.extender = r
-        elif ch is not None and ch.extender is None and hs == pool.cached(ch) and self.caching:
+        elif (ch is not None and ch.extender is None and hs == pool.cached(ch)
+              and (hr == r.rb or r.root_ext)):
             r.ext = ch
             ch.extender = r
             r.sh_h = 0
@@ -171,7 +217,7 @@ class KVAccounting:
         else:
             r.ext = None  # its own blocks: a private chain is made only if it is preempted
             r.pv = None
-            r.pv_base = hs
+            r.pv_base = r.rb if r.root_ext else hr + hs
         if ch is not None and hs > 0:
             pool.add_holder(ch, hs)
         r.sh_h = hs

@@ -49,7 +49,7 @@ class BlockPool:
         self.block_size = block_size
         # the queue starts as one anonymous run of every usable block
         self.queue: deque = deque([[None, 0, self.usable]]) if self.usable else deque()
-        self.ext_blocks = ext_blocks  # request -> its chain blocks so far (the extender's lazy hold)
+        self.ext_blocks = ext_blocks  # (request, chain) -> its blocks of that chain so far (the lazy hold)
 
     @property
     def usage(self) -> float:
@@ -58,11 +58,11 @@ class BlockPool:
     # -- the chain's view -------------------------------------------------------------------
     def cached(self, chain: Chain) -> int:
         ext = chain.extender
-        return self.ext_blocks(ext) if ext is not None else chain.cached
+        return self.ext_blocks(ext, chain) if ext is not None else chain.cached
 
     def held_top(self, chain: Chain) -> int:
         ext = chain.extender
-        return max(chain.held_max, self.ext_blocks(ext)) if ext is not None else chain.held_max
+        return max(chain.held_max, self.ext_blocks(ext, chain)) if ext is not None else chain.held_max
 
     def evictable(self, chain: Chain, h: int) -> int:
         """Hit blocks in [0, h) that sit in the free queue (``_get_num_evictable_blocks``)."""
@@ -141,7 +141,7 @@ class BlockPool:
             return 0
         new_max = max(chain.holders) if chain.holders else 0
         if chain.extender is not None:
-            new_max = max(new_max, self.ext_blocks(chain.extender))
+            new_max = max(new_max, self.ext_blocks(chain.extender, chain))
         chain.held_max = max(chain.holders) if chain.holders else 0
         if h <= new_max:
             return 0

@@ -8,7 +8,10 @@ Prompt tokens: the server-reported ``usage`` when the record has it, else the to
 Output tokens: ``usage.completion_tokens``, else the record's ``max_tokens``, else ``max_tokens``.
 Arrivals: the log's timestamps (replay) unless ``rate`` is given. Conversations (a session field,
 or chat requests whose message list extends an earlier request's) share a prefix: the earlier
-turn's prompt and answer, which vLLM's prefix cache serves.
+turn's prompt and answer, which vLLM's prefix cache serves; requests that open with the same
+system message share it across conversations (``root_id``) when its length can be counted: with
+the tokenizer, or with ``estimate=True`` (kept 16 tokens short); from ``usage`` alone it is unknown
+and conversations then share nothing across each other.
 """
 from __future__ import annotations
 
@@ -31,6 +34,28 @@ def _conversation_key(r) -> Optional[str]:
         body = json.dumps(first, sort_keys=True, default=str) if isinstance(first, dict) else str(first)
         return "conv:" + hashlib.sha1(body.encode("utf-8", "replace")).hexdigest()[:16]
     return None
+
+
+#: A system prompt's token count is an estimate when the log has no tokenizer: keep this many tokens
+#: short of it, so a shared block is never claimed past the real end of the shared text.
+SYSTEM_MARGIN_TOKENS = 16
+
+
+def _system_prompt(r, counter, memo: dict) -> tuple[Optional[str], int]:
+    """A chat request's leading system message, shared by every conversation that sends the same one:
+    (key, tokens it spans), counted once per distinct text."""
+    if counter is None or not r.messages or not isinstance(r.messages[0], dict) \
+            or r.messages[0].get("role") != "system":
+        return None, 0
+    body = json.dumps(r.messages[0], sort_keys=True, default=str)
+    key = "system:" + hashlib.sha1(body.encode("utf-8", "replace")).hexdigest()[:16]
+    if key not in memo:
+        try:
+            n = counter.count_messages([r.messages[0]], add_generation_prompt=False)
+        except Exception:  # a template that refuses a lone system message: share nothing
+            n = 0
+        memo[key] = max(0, int(n) - SYSTEM_MARGIN_TOKENS)
+    return key, memo[key]
 
 
 def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optional[float] = None,
@@ -96,8 +121,13 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
         times = list(rate_schedule(rate, kind, shape, 0.0, seed, max_count=len(rows)))
         how = f"{arrival} {rate:g} req/s"
     last: dict[str, tuple[int, int, int]] = {}  # conversation -> (prompt, output, messages) of its last turn
+    # the system prompt's own length needs a tokenizer (exact) or an asked-for estimate; from usage
+    # alone it is unknown, and then conversations share nothing across each other (conservative)
+    counter = tok if tok is not None else est
+    system_tokens: dict[str, int] = {}
     reqs = []
     for (r, p, o), t in zip(rows, times):
+        root_id, root_tokens = _system_prompt(r, counter, system_tokens)
         key = _conversation_key(r)
         pid, ptok = None, 0
         if key is not None:
@@ -108,7 +138,7 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
             elif prev is None:
                 pid = key
             last[key] = (p, o, nmsg)
-        reqs.append(SimRequest(t, p, o, pid, ptok))
+        reqs.append(SimRequest(t, p, o, pid, ptok, root_id=root_id, root_tokens=min(root_tokens, max(0, p - 1))))
     reqs.sort(key=lambda x: x.arrival_s)
     counted = "usage/tokenizer" if est is None else "usage/estimate"
     return Trace(tuple(reqs), f"{', '.join(map(str, paths))}: {len(reqs)} requests, {how}, lengths from {counted}",

@@ -28,6 +28,8 @@ class SimRequest:
     prefix_id: Optional[str] = None  # requests with the same prefix_id share their first prefix_tokens
     prefix_tokens: int = 0
     request_id: Optional[str] = None
+    root_id: Optional[str] = None  # a prefix shared across prefix_ids (e.g. one system prompt for every
+    root_tokens: int = 0  # conversation); prefix_tokens then count from the request's start, root included
 
 
 @dataclass(frozen=True)
