@@ -185,3 +185,12 @@ def test_a_resumed_request_does_not_extend_the_root_with_its_private_blocks():
             long_prefill_token_threshold=64, async_scheduling=True, max_num_seqs=18)
     assert e.preemptions >= 1
     assert e.pool.free == e.pool.usable
+
+
+def test_a_preempted_request_hits_its_own_blocks_on_a_shared_chain_too():
+    # the 4 x (1000 + 500) burst with each request on its own named chain: the victim extended its
+    # chain past its (empty) shared prefix, so on resuming it hits its own 18 cached blocks
+    reqs = [SimRequest(0.0, 1000, 500, f"conv{i}", 0) for i in range(4)]
+    e = run(reqs, num_gpu_blocks=160, block_size=32, max_model_len=2048)
+    assert e.preemptions == 1
+    assert e.cached_tokens == 18 * 32

@@ -162,7 +162,8 @@ class KVAccounting:
         if r.pid is not None and hr == rb:
             ch = self.chains.get(r.pid)
             if ch is not None:
-                own = ch.last_extender is r or ch.extender is r
+                # the chain's top blocks are this request's own tokens when it extended them last
+                own = ch.extender is None and ch.last_extender is r
                 lim = (cap if own else min(cap, r.ptok // bs)) - rb
                 hs = max(0, min(pool.cached(ch), lim))
                 ev += pool.evictable(ch, hs)

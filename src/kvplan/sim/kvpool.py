@@ -129,6 +129,7 @@ class BlockPool:
         """Drop one hold of [0, h); blocks nobody else holds go back to the queue (tail first).
         Returns the number of blocks freed."""
         if was_extender:
+            chain.last_extender = chain.extender  # its blocks past the shared part are its own tokens
             chain.extender = None
             chain.cached = max(chain.cached, h)
         elif h > 0:
