@@ -27,7 +27,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -102,25 +101,14 @@ def steady_rate(result_path: Path, skip_s: float, end_s: float) -> float:
     return len(done) / (end_s - skip_s)
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def predicted(req: PlanRequest, trace: Trace, profile, api_s: float) -> dict:
-    d = simulate(req, trace, profile=profile, per_request=True, async_scheduling=False).to_dict()
-    per = [p for p in d["per_request"] if p["status"] == "completed"]
-    ttft = [p["first_token"] - p["arrival"] + api_s for p in per]
-    e2e = [p["end"] - p["arrival"] + api_s for p in per]
-    first = min(p["arrival"] for p in d["per_request"])
-    window = max(p["end"] + api_s for p in per) - first
-    out = {"ttft": {"p50": pct(ttft, 50), "p99": pct(ttft, 99)}, "e2e": {"p50": pct(e2e, 50), "p99": pct(e2e, 99)},
-           "throughput": len(per) / window, "saturation": d["saturation"], "preemptions": d["preemptions"],
-           "completed": len(per), "total": len(d["per_request"])}
-    return out
+def predicted(req: PlanRequest, trace: Trace, profile) -> dict:
+    """simulate()'s own figures (TTFT and E2E include the profile's request_overhead_s, the API
+    server's latency that `kvplan calibrate` fits), in the shape of :func:`measured`."""
+    d = simulate(req, trace, profile=profile, async_scheduling=False).to_dict()
+    lat = d["latency_s"]
+    return {"ttft": {k: lat["ttft"][k] for k in ("p50", "p99")}, "e2e": {k: lat["e2e"][k] for k in ("p50", "p99")},
+            "throughput": d["throughput"]["requests_per_s"], "saturation": d["saturation"],
+            "preemptions": d["preemptions"], "completed": d["requests"]["completed"], "total": d["requests"]["total"]}
 
 
 def measured(d: dict) -> dict:
@@ -192,17 +180,6 @@ def main() -> int:
                   f"{prof.per_seq_s * 1e3:.2f} ms, per token {prof.per_token_s * 1e6:.1f} us, per KV read "
                   f"{prof.per_kv_token_s * 1e9:.2f} ns, request overhead {prof.request_overhead_s * 1e3:.1f} ms; "
                   f"fit TPOT mean error {cal.fit['tpot']['mean_error']:+.1%}")
-        prof = profiles["A"].profile
-        # Does simulate add the API latency itself? (an additive profile field, maybe not read yet)
-        probe = Trace((SimRequest(0.0, 300, 8),), "probe")
-        t_with = simulate(req, probe, profile=replace(prof, request_overhead_s=1.0),
-                          async_scheduling=False).to_dict()["latency_s"]["ttft"]["p50"]
-        t_without = simulate(req, probe, profile=replace(prof, request_overhead_s=0.0),
-                             async_scheduling=False).to_dict()["latency_s"]["ttft"]["p50"]
-        api_added = abs(t_with - t_without - 1.0) < 1e-6
-        note_api = ("simulate adds request_overhead_s itself" if api_added else
-                    "simulate does not read request_overhead_s: added to each TTFT and E2E here")
-
         # 3. three rates: below, near, above saturation
         rates = {"below": round(0.4 * capacity, 2), "near": round(0.9 * capacity, 2),
                  "above": round(1.25 * capacity, 2)}
@@ -212,7 +189,7 @@ def main() -> int:
             d, path = bench(srv.base_url, rate, args.duration, out_dir, f"eval_{label}", seed=31)
             load.append(os.getloadavg())
             trace, _ = replay_trace(path)
-            preds = {k: predicted(req, trace, c.profile, 0.0 if api_added else c.profile.request_overhead_s)
+            preds = {k: predicted(req, trace, c.profile)
                      for k, c in profiles.items()}
             rows.append((label, rate, preds, measured(d), saturated_measured(d, rate)))
             print(f"{label} {rate:g} req/s: measured")
@@ -244,14 +221,14 @@ def main() -> int:
     print()
     print(f"saturation point: predicted A {sim_sat['A']} req/s ({err(sim_sat['A'] or 0, capacity)}), "
           f"B {sim_sat['B']} req/s ({err(sim_sat['B'] or 0, capacity)}), measured capacity {capacity:.2f} req/s")
-    print(f"load average during the run (1 min): {', '.join(f'{x[0]:.1f}' for x in load)}; {note_api}")
+    print(f"load average during the run (1 min): {', '.join(f'{x[0]:.1f}' for x in load)}; simulate adds each profile's request_overhead_s to TTFT and E2E")
     print("server speed before each run (TPOT p50 of 3 lone requests): "
           + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in probes.items()))
     summary = {"rows": [{"label": lb, "rate": r, "predicted": p, "measured": m, "measured_saturated": s}
                         for lb, r, p, m, s in rows],
                "saturation_point": {"predicted": sim_sat, "measured_capacity": capacity},
                "profiles": {k: c.profile.to_dict() for k, c in profiles.items()},
-               "load_1min": [x[0] for x in load], "api_note": note_api,
+               "load_1min": [x[0] for x in load],
                "speed_probe_tpot_p50_s": probes}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(f"files: {out_dir}")

@@ -132,3 +132,21 @@ def test_async_scheduling_follows_the_platform():
     cpu = simulate(cpu_req, synthetic_trace(1, num_requests=3, input_len=parse_length("100", "x"),
                                             output_len=parse_length("5", "x")), profile=FLAT).to_dict()["config"]
     assert cpu["async_scheduling"] is False  # vllm/platforms/cpu.py turns it off
+
+
+def test_request_overhead_is_added_to_ttft_and_e2e_only():
+    """A calibrated profile's request_overhead_s (the API server's own latency) is what a client
+    sees on top of the engine: every TTFT and E2E grows by exactly it; TPOT and the schedule do not."""
+    from dataclasses import replace
+
+    from kvplan.sim import default_profile
+
+    req, trace = _req(), _trace(n=50)
+    base = default_profile(req)
+    a = simulate(req, trace, profile=base).to_dict()
+    b = simulate(req, trace, profile=replace(base, request_overhead_s=0.25)).to_dict()
+    for m in ("ttft", "e2e"):
+        for stat in ("p50", "p99", "max", "mean"):
+            assert b["latency_s"][m][stat] == pytest.approx(a["latency_s"][m][stat] + 0.25, abs=1e-5)
+    assert b["latency_s"]["tpot"] == a["latency_s"]["tpot"]
+    assert b["first_token_order"] == a["first_token_order"] and b["preemptions"] == a["preemptions"]
