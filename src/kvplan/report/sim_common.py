@@ -8,16 +8,23 @@ LAT_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), 
 LAT_COLS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
 
 
-def ms(x: Optional[float]) -> str:
-    """Milliseconds; whole milliseconds past 1 s and seconds with an ``s`` past 10 s, so saturated
-    queues still fit a terminal column."""
+def duration(x: Optional[float]) -> str:
+    """A latency with its unit: milliseconds below 1 s, seconds above (saturated queues reach
+    thousands of seconds and must still read at a glance)."""
     if x is None:
         return "-"
     if x < 1:
-        return f"{x * 1e3:,.1f}"
+        return f"{x * 1e3:,.1f} ms"
     if x < 10:
-        return f"{x * 1e3:,.0f}"
-    return f"{x:,.1f} s"
+        return f"{x:.2f} s"
+    return f"{x:,.1f} s" if x < 100 else f"{x:,.0f} s"
+
+
+def _row_unit(values: list[Optional[float]]) -> tuple[str, float, str]:
+    """One unit per latency row (ms, or s when the row reaches 10 s), so columns stay narrow."""
+    top = max((v for v in values if v is not None), default=0.0)
+    unit, scale = ("s", 1.0) if top >= 10 else ("ms", 1e3)
+    return unit, scale, "{:,.0f}" if top * scale >= 100 else "{:,.1f}"
 
 
 def count(n: int) -> str:
@@ -48,7 +55,7 @@ def headline(d: dict) -> list[tuple[str, str]]:
         ("saturation", ("SATURATED: " if s.get("saturated") else "") + str(s.get("reason", "-"))
          + (f"; sustains ~{s['max_sustainable_rate_estimate']:.2f} req/s"
             if s.get("max_sustainable_rate_estimate") else "")),
-        ("engine", f"{d['engine']['steps']:,} steps, mean {ms(d['engine'].get('mean_step_s'))} ms, "
+        ("engine", f"{d['engine']['steps']:,} steps, mean {duration(d['engine'].get('mean_step_s'))}, "
                    f"max waiting {d['engine'].get('max_waiting', 0):,}"),
         ("step time", d["profile"].get("source", "")),
     ]
@@ -59,10 +66,14 @@ def headline(d: dict) -> list[tuple[str, str]]:
 
 
 def latency_rows(d: dict) -> list[list[str]]:
+    """``[label (unit), p50, …, mean, n]`` per metric; the unit is the row's own (ms or s)."""
     out = []
     for key, label in LAT_ROWS:
         v = d["latency_s"].get(key) or {}
-        out.append([label] + [ms(v.get(c)) for c in LAT_COLS] + [count(v.get("count", 0))])
+        vals = [v.get(c) for c in LAT_COLS]
+        unit, scale, fmt = _row_unit(vals)
+        out.append([f"{label} ({unit})"] + ["-" if x is None else fmt.format(x * scale) for x in vals]
+                   + [count(v.get("count", 0))])
     return out
 
 
@@ -74,7 +85,7 @@ def check_rows(d: dict) -> list[list[str]]:
         if name in ("error_rate", "goodput_ratio"):
             shown, lim = num(val, "{:.2%}"), num(c["limit"], "{:.2%}")
         else:
-            shown, lim = f"{ms(val)} ms", f"{ms(c['limit'])} ms"
+            shown, lim = duration(val), duration(c["limit"])
         rows.append([name, shown, lim, "ok" if c["passed"] else "MISSED"])
     return rows
 

@@ -65,7 +65,7 @@ def render_html(d: dict) -> str:
            f"<title>kvplan simulate: {_e(d['config'].get('model'))}</title><style>{_CSS}</style></head><body>",
            f"<h1>kvplan simulate{word}</h1><table>"]
     out += [f"<tr><th class='l'>{_e(k)}</th><td class='l'>{_e(val)}</td></tr>" for k, val in headline(d)]
-    out.append("</table><h2>Predicted latency (ms)</h2><table><tr><th class='l'>metric</th>"
+    out.append("</table><h2>Predicted latency</h2><table><tr><th class='l'>metric</th>"
                + "".join(f"<th>{c}</th>" for c in LAT_COLS + ("n",)) + "</tr>")
     for row in latency_rows(d):
         out.append(f"<tr><td class='l'>{_e(row[0])}</td>" + "".join(f"<td>{_e(x)}</td>" for x in row[1:]) + "</tr>")

@@ -11,7 +11,7 @@ def _esc(s: str) -> str:
 def render_markdown(d: dict) -> str:
     out = ["## kvplan simulate", ""]
     out += ["| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in headline(d)]
-    out += ["", "### Predicted latency (ms)", "",
+    out += ["", "### Predicted latency", "",
             "| metric | " + " | ".join(LAT_COLS) + " | n |", "|---" * (len(LAT_COLS) + 2) + "|"]
     out += ["| " + " | ".join(_esc(x) for x in row) + " |" for row in latency_rows(d)]
     rows = check_rows(d)

@@ -19,8 +19,8 @@ def render_table(d: dict, console: Optional[Console] = None) -> None:
     passed = d["verdict"]["passed"]
     title = "kvplan simulate" + ("" if not d["verdict"]["checks"] else (": SLO met" if passed else ": SLO MISSED"))
     c.print(Panel(head, title=title, border_style="green" if passed else "red", expand=False))
-    lat = Table(title="predicted latency (ms)", show_edge=False)
-    lat.add_column("metric")
+    lat = Table(title="predicted latency", show_edge=False)
+    lat.add_column("metric", no_wrap=True)
     for col in LAT_COLS + ("n",):
         lat.add_column(col, justify="right")
     for row in latency_rows(d):
