@@ -20,7 +20,7 @@ from kvplan.hardware import custom_gpu, parse_size
 from kvplan.memory import PlanRequest, plan
 from kvplan.models import load_model
 from kvplan.ops import profile as P
-from kvplan.ops.launch import plan_for_args, plan_result_from_dict
+from kvplan.cli.plan_flags import plan_from_args
 from kvplan.report.profile_json import render_json
 from kvplan.report.profile_markdown import render_markdown
 from kvplan.report.profile_text import render_table
@@ -211,15 +211,20 @@ def test_table_renders_every_check(tiny_plan):
 
 
 # --------------------------------------------------------------------------- plans and CLI
-def test_plan_json_round_trips_to_the_same_plan(tiny_plan):
-    assert plan_result_from_dict(json.loads(json.dumps(tiny_plan.to_dict()))) == tiny_plan
+def test_plan_from_args_is_the_plan_commands_plan(tiny_plan, tmp_path):
+    args = ["--model", str(tmp_path / "tiny"), "--device", "cpu", "--kv-cache-memory", "1GiB", "--dtype", "float32",
+            "--vllm-version", "0.32"]
+    assert plan_from_args([*args, "--max-model-len", "2048"]) == tiny_plan
+    assert plan_from_args([*args, "--max-model-len", "1k"]).flags.max_model_len == 1000
 
 
-def test_plan_for_args_reports_the_plans_own_usage_error():
+def test_plan_from_args_reports_the_plans_own_usage_error():
     with pytest.raises(UsageError, match="Unknown model 'no-such-model-xyz'"):
-        plan_for_args(["--model", "no-such-model-xyz", "--gpu", "H100"])
-    with pytest.raises(UsageError, match="--format"):
-        plan_for_args(["--model", "x", "--format", "table"])
+        plan_from_args(["--model", "no-such-model-xyz", "--gpu", "H100"])
+    with pytest.raises(UsageError, match="plan flags: .*--no-such-flag"):
+        plan_from_args(["--model", "x", "--no-such-flag"])
+    with pytest.raises(UsageError, match="--max-model-len: cannot read 'lots'"):
+        plan_from_args(["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "H100", "--max-model-len", "lots"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from . import plan_flags as pf
 
 
 def _fail(exc: Exception) -> None:
@@ -34,23 +35,23 @@ def calibrate_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="The served model (HF id, alias, config.json or "
                                         "folder): with it the plan of the flags below is recorded in the profile."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the runs were served on (catalog name)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU, e.g. 79.19GiB."),
-    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
-    dtype: str = typer.Option("auto", "--dtype"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version"),
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given)."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes"),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
+    gpu_memory: pf.GpuMemory = None,
+    device: pf.Device = "cuda",
+    tensor_parallel_size: pf.TensorParallelSize = 1,
+    pipeline_parallel_size: pf.PipelineParallelSize = 1,
+    dtype: pf.Dtype = "auto",
+    quantization: pf.Quantization = None,
+    kv_cache_dtype: pf.KvCacheDtype = "auto",
+    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
+    max_model_len: pf.MaxModelLen = None,
+    max_num_seqs: pf.MaxNumSeqs = None,
+    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
+    block_size: pf.BlockSize = None,
+    enforce_eager: pf.EnforceEager = False,
+    vllm_version: pf.VllmVersion = None,
+    kv_cache_memory: pf.KvCacheMemory = None,
+    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
+    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
     window_chunks: int = typer.Option(8, "--window-chunks", help="Cut each request's decode window into pieces of "
                                       "this many chunks (0 = one equation per request)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, or json (the calibration on stdout)."),
@@ -71,16 +72,8 @@ def calibrate_cmd(
         prior = None
         if model:
             from ..memory import plan
-            from .simulate import plan_request_from_flags
 
-            req = plan_request_from_flags(
-                model=model, gpu=gpu, gpu_memory=gpu_memory, device=device, tensor_parallel_size=tensor_parallel_size,
-                pipeline_parallel_size=pipeline_parallel_size, dtype=dtype, quantization=quantization,
-                kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                block_size=block_size, enforce_eager=enforce_eager, vllm_version=vllm_version,
-                kv_cache_memory=kv_cache_memory, kv_cache_memory_bytes=kv_cache_memory_bytes,
-                num_gpu_blocks_override=num_gpu_blocks_override)
+            req = pf.plan_request_from_flags(**pf.plan_flags_of(locals()))
             pr = plan(req, what_ifs=False)
             f = pr.flags
             config.update(model=pr.model.id, gpu=f.gpu, tensor_parallel_size=tensor_parallel_size,

@@ -15,6 +15,8 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from . import plan_flags as pf
+from .plan_flags import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="kvplan: vLLM-exact GPU memory and KV-cache planning.")
@@ -26,21 +28,6 @@ class Format(str, Enum):
     markdown = "markdown"
 
 
-def human_int(text: str, what: str, allow_auto: bool = False) -> int:
-    """vLLM's human_readable_int: '32k' = 32,000, '32K' = 32,768; 'auto'/-1 where allowed."""
-    raw = text.strip()
-    if allow_auto and raw.lower() in ("auto", "-1"):
-        return -1
-    units = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    try:
-        if raw and raw[-1] in units:
-            return int(float(raw[:-1]) * units[raw[-1]])
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"{what}: cannot read {text!r} as a number (e.g. 8192, 32k, 32K"
-                         f"{', auto' if allow_auto else ''})") from None
-
-
 def _fail(exc: Exception) -> None:
     typer.echo(f"kvplan: error: {exc}", err=True)
     raise typer.Exit(2)
@@ -48,30 +35,30 @@ def _fail(exc: Exception) -> None:
 
 @app.command("plan")
 def plan_cmd(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (see `kvplan gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU as CUDA reports it, e.g. 79.19GiB."),
-    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
-    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
-    dtype: str = typer.Option("auto", "--dtype"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768, auto = fit the cache."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Follow this vLLM version's rules (default 0.33)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="v0 or v1 where VLLM_USE_V1 chose (vLLM 0.7-0.10)."),
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given), as vLLM's 'Available KV cache memory'."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU."),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
+    model: pf.Model = None,
+    gpu: pf.Gpu = None,
+    gpu_memory: pf.GpuMemory = None,
+    device: pf.Device = "cuda",
+    tensor_parallel_size: pf.TensorParallelSize = 1,
+    pipeline_parallel_size: pf.PipelineParallelSize = 1,
+    data_parallel_size: pf.DataParallelSize = 1,
+    dtype: pf.Dtype = "auto",
+    quantization: pf.Quantization = None,
+    kv_cache_dtype: pf.KvCacheDtype = "auto",
+    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
+    max_model_len: pf.MaxModelLen = None,
+    max_num_seqs: pf.MaxNumSeqs = None,
+    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
+    block_size: pf.BlockSize = None,
+    enforce_eager: pf.EnforceEager = False,
+    vllm_version: pf.VllmVersion = None,
+    engine: pf.Engine = None,
+    kv_cache_memory: pf.KvCacheMemory = None,
+    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
+    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
     from_log: Optional[Path] = typer.Option(None, "--from-log", help="A vLLM start-up log: use its measured KV memory and flags."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
-    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
+    gpus_per_node: pf.GpusPerNode = 8,
+    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
     fmt: Format = typer.Option(Format.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "
@@ -82,88 +69,14 @@ def plan_cmd(
                                                 "`vllm serve --config FILE` to this file."),
 ) -> None:
     """Exact vLLM memory and KV-cache accounting: will it start, how many requests fit, what to run."""
-    from ..hardware import custom_gpu, find_gpu, parse_size
-    from ..memory import PlanRequest, plan
-    from ..memory.compare import compare_with_log
-    from ..models import load_model
-
+    flags = {k: v for k, v in locals().items() if k not in pf.OUTPUT_OPTIONS}
     try:
-        log = None
-        flags_from_log: dict = {}
-        if from_log is not None:
-            from ..memory.startup_log import read_startup_log
-
-            log = read_startup_log(from_log)
-            flags_from_log = log.args
-            model = model or log.model
-            vllm_version = vllm_version or log.vllm_version
-        if not model:
-            raise UsageError("--model is required (or a --from-log whose args name the model)")
-        spec = load_model(model)
-        if gpu_memory:
-            g = custom_gpu(parse_size(gpu_memory, "--gpu-memory"), name=gpu or f"{gpu_memory} GPU")
-        elif gpu:
-            g = find_gpu(gpu)
-        elif log is not None and log.total_gpu_memory_gib:
-            g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "GPU from log")
-        elif device == "cpu":
-            g = custom_gpu(parse_size("16GiB"), "CPU")
-        else:
-            raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
-
-        def pick(name, value, default=None):
-            return value if value is not None and value != default else flags_from_log.get(name, value)
-
-        kv_bytes = None
-        source = "kv_cache_memory"
-        if kv_cache_memory_bytes:
-            kv_bytes = human_int(kv_cache_memory_bytes, "--kv-cache-memory-bytes")
-        elif kv_cache_memory:
-            kv_bytes = parse_size(kv_cache_memory, "--kv-cache-memory")
-        elif log is not None and log.available_kv_bytes is not None:
-            kv_bytes, source = log.available_kv_bytes, "log"
-        mml = human_int(max_model_len, "--max-model-len", allow_auto=True) if max_model_len else None
-        if mml is None and log is not None:
-            mml = log.max_model_len or flags_from_log.get("max_model_len")
-        mnbt = human_int(max_num_batched_tokens, "--max-num-batched-tokens") if max_num_batched_tokens else \
-            flags_from_log.get("max_num_batched_tokens")
-        req = PlanRequest(
-            model=spec, gpu=g, device=device,
-            tensor_parallel_size=pick("tensor_parallel_size", tensor_parallel_size, 1),
-            pipeline_parallel_size=pick("pipeline_parallel_size", pipeline_parallel_size, 1),
-            data_parallel_size=pick("data_parallel_size", data_parallel_size, 1),
-            dtype=str(pick("dtype", dtype, "auto")),
-            quantization=pick("quantization", quantization),
-            kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype, "auto")),
-            gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization),
-            max_model_len=mml,
-            max_num_seqs=pick("max_num_seqs", max_num_seqs),
-            max_num_batched_tokens=mnbt,
-            block_size=pick("block_size", block_size),
-            enforce_eager=bool(pick("enforce_eager", enforce_eager, False)),
-            vllm_version=vllm_version,
-            engine=engine or (log.engine if log is not None else None),
-            kv_cache_memory_bytes=kv_bytes,
-            num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
-            gpus_per_node=gpus_per_node,
-            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-            kv_memory_source=source,
-            measured=None,
-        )
-        if log is not None and source == "log":
-            per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
-            if per_stage is not None:
-                from dataclasses import replace
-
-                req = replace(req, kv_cache_memory_per_stage=per_stage)
-        result = plan(req)
-        if log is not None:
-            result = compare_with_log(result, req, log)
+        result, log = pf.plan_from_flags(**flags)
         traffic = None
         if requests:
             from .lengths import traffic_for_plan
 
-            traffic = traffic_for_plan(requests, model, result, tokenizer)
+            traffic = traffic_for_plan(requests, model or (log.model if log is not None else None), result, tokenizer)
         if serve_config is not None:
             try:
                 serve_config.write_text(result.serve_config_yaml, encoding="utf-8")

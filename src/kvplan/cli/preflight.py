@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from . import plan_flags as pf
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
@@ -27,28 +28,28 @@ def preflight_cmd(
     config: Optional[Path] = typer.Option(None, "--config", help="preflight.yaml or .toml: the same keys as these "
                                           "flags (max_model_len or max-model-len); flags given here override it."),
     # --- the plan (as `kvplan plan`)
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (see `kvplan gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU as CUDA reports it."),
-    device: Optional[str] = typer.Option(None, "--device", help="cuda (default), or cpu for vLLM's CPU backend."),
-    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp"),
-    pipeline_parallel_size: Optional[int] = typer.Option(None, "--pipeline-parallel-size", "-pp"),
-    data_parallel_size: Optional[int] = typer.Option(None, "--data-parallel-size", "-dp"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype"),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    model: pf.Model = None,
+    gpu: pf.Gpu = None,
+    gpu_memory: pf.GpuMemory = None,
+    device: pf.Device = None,
+    tensor_parallel_size: pf.TensorParallelSize = None,
+    pipeline_parallel_size: pf.PipelineParallelSize = None,
+    data_parallel_size: pf.DataParallelSize = None,
+    dtype: pf.Dtype = None,
+    quantization: pf.Quantization = None,
+    kv_cache_dtype: pf.KvCacheDtype = None,
+    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
+    max_model_len: pf.MaxModelLen = None,
+    max_num_seqs: pf.MaxNumSeqs = None,
+    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
+    block_size: pf.BlockSize = None,
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Follow this vLLM version's rules (default 0.33)."),
-    engine: Optional[str] = typer.Option(None, "--engine"),
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (measured), e.g. 30GiB."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU."),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+    vllm_version: pf.VllmVersion = None,
+    engine: pf.Engine = None,
+    kv_cache_memory: pf.KvCacheMemory = None,
+    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
+    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
+    gpus_per_node: pf.GpusPerNode = None,
     disable_hybrid_kv_cache_manager: Optional[bool] = typer.Option(None, "--disable-hybrid-kv-cache-manager/--hybrid-kv-cache-manager"),
     # --- traffic and targets
     requests: Optional[str] = typer.Option(None, "--requests", help="The request log (any format `kvplan lengths` reads)."),
@@ -178,21 +179,9 @@ def _options(v: dict):
 
 def _plan_request(v: dict):
     """The plan request, built as `kvplan plan` / `kvplan simulate` build it (one shared helper)."""
-    from .simulate import plan_request_from_flags
+    from .plan_flags import plan_flags_of, plan_request_from_flags
 
-    keys = ("gpu", "gpu_memory", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "dtype",
-            "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-            "max_num_batched_tokens", "block_size", "enforce_eager", "vllm_version", "kv_cache_memory",
-            "kv_cache_memory_bytes", "num_gpu_blocks_override", "gpus_per_node", "disable_hybrid_kv_cache_manager")
-    given = {k: v[k] for k in keys if v.get(k) is not None}
-    if v.get("device"):
-        given["device"] = v["device"]
-    req = plan_request_from_flags(model=v.get("model"), **given)
-    if v.get("engine"):
-        from dataclasses import replace
-
-        req = replace(req, engine=v["engine"])
-    return req
+    return plan_request_from_flags(**plan_flags_of(v, skip_none=True))
 
 
 def register(app: typer.Typer) -> None:

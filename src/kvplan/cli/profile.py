@@ -1,9 +1,9 @@
 """``kvplan profile``: thin CLI over kvplan.ops.profile (and kvplan.ops.launch for ``--launch``).
 
 Any option ``kvplan profile`` does not know is a plan flag (``--model``, ``--device``,
-``--kv-cache-memory``, …) and goes to ``kvplan plan``, so a plan is spelled exactly as for
-``kvplan plan``. Only typer and the standard library at module level (main.py imports this for
-every command).
+``--kv-cache-memory``, …), read by ``kvplan plan``'s own parser (:func:`kvplan.cli.plan_flags.plan_from_args`,
+in this process), so a plan is spelled exactly as for ``kvplan plan``. Only typer and the
+standard library at module level (main.py imports this for every command).
 
 Exit codes: 0 the server matches the plan (every check passed or was skipped), 1 a check failed,
 vLLM did not start, or the server could not be profiled; 2 usage errors.
@@ -62,7 +62,7 @@ def profile_cmd(
     Options not listed here are plan flags, as for kvplan plan.
 
     Exit codes: 0 matches the plan, 1 a check failed (or vLLM did not start), 2 usage errors."""
-    from ..ops.launch import LaunchFailed, launch_vllm, plan_for_args, resolve_vllm_bin
+    from ..ops.launch import LaunchFailed, launch_vllm, resolve_vllm_bin
     from ..ops.profile import ProfileError, profile_server
 
     plan_args = list(ctx.args)
@@ -75,7 +75,12 @@ def profile_cmd(
             raise UsageError("--launch needs the plan flags (as for kvplan plan), e.g. --model ./my-model --gpu H100")
         if not 0 < gpu_memory_limit <= 1:
             raise UsageError(f"--gpu-memory-limit {gpu_memory_limit}: a share of the GPU, in (0, 1]")
-        plan_result = plan_for_args(plan_args) if plan_args else None
+        if plan_args:
+            from .plan_flags import plan_from_args
+
+            plan_result = plan_from_args(plan_args)
+        else:
+            plan_result = None
         log_text = None
         if url and log is not None:
             from ..memory.startup_log import read_log_text

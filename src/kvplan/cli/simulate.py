@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from . import plan_flags as pf
 
 
 def _fail(exc: Exception, code: int = 2) -> None:
@@ -21,74 +22,33 @@ def _fail(exc: Exception, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def plan_request_from_flags(*, model, gpu=None, gpu_memory=None, device="cuda", tensor_parallel_size=1,
-                            pipeline_parallel_size=1, data_parallel_size=1, dtype="auto", quantization=None,
-                            kv_cache_dtype="auto", gpu_memory_utilization=None, max_model_len=None,
-                            max_num_seqs=None, max_num_batched_tokens=None, block_size=None, enforce_eager=False,
-                            vllm_version=None, kv_cache_memory=None, kv_cache_memory_bytes=None,
-                            num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False):
-    """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
-    strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each."""
-    from ..hardware import custom_gpu, find_gpu, parse_size
-    from ..memory import PlanRequest
-    from ..models import load_model
-    from .main import human_int
-
-    if not model:
-        raise UsageError("--model is required")
-    spec = load_model(model)
-    if gpu_memory:
-        g = custom_gpu(parse_size(gpu_memory, "--gpu-memory"), name=gpu or f"{gpu_memory} GPU")
-    elif gpu:
-        g = find_gpu(gpu)
-    elif device == "cpu":
-        g = custom_gpu(parse_size("16GiB"), "CPU")
-    else:
-        raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
-    kv_bytes = None
-    if kv_cache_memory_bytes:
-        kv_bytes = human_int(str(kv_cache_memory_bytes), "--kv-cache-memory-bytes")
-    elif kv_cache_memory:
-        kv_bytes = parse_size(kv_cache_memory, "--kv-cache-memory")
-    mml = human_int(str(max_model_len), "--max-model-len", allow_auto=True) if max_model_len else None
-    mnbt = human_int(str(max_num_batched_tokens), "--max-num-batched-tokens") if max_num_batched_tokens else None
-    return PlanRequest(model=spec, gpu=g, device=device, tensor_parallel_size=tensor_parallel_size,
-                       pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
-                       dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=mml, max_num_seqs=max_num_seqs,
-                       max_num_batched_tokens=mnbt, block_size=block_size, enforce_eager=enforce_eager,
-                       vllm_version=vllm_version, kv_cache_memory_bytes=kv_bytes,
-                       num_gpu_blocks_override=num_gpu_blocks_override, gpus_per_node=gpus_per_node,
-                       disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
-
-
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
 
 
 def simulate_cmd(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (see `kvplan gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU, e.g. 79.19GiB."),
-    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
-    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
-    dtype: str = typer.Option("auto", "--dtype"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version"),
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given)."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes"),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
-    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
+    model: pf.Model = None,
+    gpu: pf.Gpu = None,
+    gpu_memory: pf.GpuMemory = None,
+    device: pf.Device = "cuda",
+    tensor_parallel_size: pf.TensorParallelSize = 1,
+    pipeline_parallel_size: pf.PipelineParallelSize = 1,
+    data_parallel_size: pf.DataParallelSize = 1,
+    dtype: pf.Dtype = "auto",
+    quantization: pf.Quantization = None,
+    kv_cache_dtype: pf.KvCacheDtype = "auto",
+    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
+    max_model_len: pf.MaxModelLen = None,
+    max_num_seqs: pf.MaxNumSeqs = None,
+    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
+    block_size: pf.BlockSize = None,
+    enforce_eager: pf.EnforceEager = False,
+    vllm_version: pf.VllmVersion = None,
+    kv_cache_memory: pf.KvCacheMemory = None,
+    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
+    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
+    gpus_per_node: pf.GpusPerNode = 8,
+    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
     # traffic
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second (with --requests: replay at this rate)."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps unless --rate)."),
@@ -118,48 +78,24 @@ def simulate_cmd(
     try:
         if fmt not in ("table", "json", "markdown"):
             raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
+        from ..sim.trace import trace_maker
         from ..slo import parse_seconds, parse_slo
-        from ..workload.lengthdist import parse_length
 
         slos = parse_slo(slo)
-        dur = parse_seconds(duration, "--duration") if duration else None
         step = parse_seconds(interval, "--timeline-interval")
         if not step > 0:
             raise UsageError("--timeline-interval must be positive")
-        if rate is None and not requests:
-            raise UsageError("give --rate R (synthetic traffic) or --requests LOG (replay)")
-        if rate is not None and not rate > 0:
-            raise UsageError(f"--rate must be positive, got {rate}")
-        if num_requests is not None and num_requests < 1:
-            raise UsageError("--num-requests must be at least 1")
-        in_dist = parse_length(input_len, "--input-len")
-        out_dist = parse_length(output_len, "--output-len")
-        req = plan_request_from_flags(
-            model=model, gpu=gpu, gpu_memory=gpu_memory, device=device, tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size, dtype=dtype,
-            quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            block_size=block_size, enforce_eager=enforce_eager, vllm_version=vllm_version,
-            kv_cache_memory=kv_cache_memory, kv_cache_memory_bytes=kv_cache_memory_bytes,
-            num_gpu_blocks_override=num_gpu_blocks_override, gpus_per_node=gpus_per_node,
-            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+        make_trace = trace_maker(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
+                                 duration=duration, input_len=input_len, output_len=output_len, arrival=arrival,
+                                 seed=seed)
+        req = pf.plan_request_from_flags(**pf.plan_flags_of(locals()))
         from ..memory import plan
-        from ..sim import StepTimeProfile, simulate, synthetic_trace
+        from ..sim import StepTimeProfile, simulate
 
         plan_result = plan(req, what_ifs=False)
         if not plan_result.startup.ok:
             _fail(UsageError(f"the plan does not start: {plan_result.startup.error}"), code=1)
         prof = StepTimeProfile.load(profile) if profile else None
-
-        def make_trace(r: float):
-            if requests:
-                from ..sim import trace_from_log
-
-                return trace_from_log([requests], tokenizer=tokenizer, rate=r, arrival=arrival, seed=seed,
-                                      num_requests=num_requests)
-            n = num_requests if num_requests is not None or dur is not None else 1000
-            return synthetic_trace(r, num_requests=n, duration_s=dur, input_len=in_dist, output_len=out_dist,
-                                   arrival=arrival, seed=seed)
 
         trace = make_trace(rate)
         opts = dict(enable_prefix_caching=not no_prefix_caching,

@@ -15,6 +15,7 @@ from typing import Callable, Optional, TypeVar
 import typer
 
 from ..errors import UsageError
+from . import plan_flags as pf
 
 T = TypeVar("T")
 
@@ -44,9 +45,7 @@ def parse_list(text: Optional[str], flag: str, item: Callable[[str], T], *, allo
 
 
 def _positive_int(text: str) -> int:
-    from .main import human_int
-
-    v = human_int(text, "value")
+    v = pf.human_int(text, "value")
     if v < 1:
         raise UsageError(f"{text!r} must be at least 1")
     return v
@@ -107,30 +106,30 @@ def register(app: typer.Typer) -> None:
 
 
 def tune_cmd(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder."),
+    model: pf.Model = None,
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type(s) from the catalog, comma-separated (e.g. A100-80GB,H100)."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU (a custom GPU; no roofline without --profile)."),
-    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for vLLM's CPU backend."),
+    device: pf.Device = "cuda",
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs) [default: TP × PP × DP of the base]."),
     tensor_parallel_size: Optional[str] = typer.Option(None, "--tensor-parallel-size", "-tp", "--tp",
                                                        help="TP sizes, e.g. 1,2,4,8 (default: the powers of two dividing --gpus)."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp"),
+    pipeline_parallel_size: pf.PipelineParallelSize = 1,
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="Without --gpus: the replicas of every TP."),
-    dtype: str = typer.Option("auto", "--dtype"),
-    quantization: Optional[str] = typer.Option(None, "--quantization", "-q"),
+    dtype: pf.Dtype = "auto",
+    quantization: pf.Quantization = None,
     kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="e.g. auto,fp8 (fp8 only on GPUs that support it) [default: auto,fp8]."),
     gpu_memory_utilization: Optional[str] = typer.Option(None, "--gpu-memory-utilization", help="[default: 0.9,0.95]"),
     max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="e.g. 4K,8K; default: what the workload needs."),
     max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="e.g. 32,64,256 ('default' = vLLM's) [default: 64,128,256]."),
     max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="e.g. 2048,8192 ('default' = vLLM's) [default: vLLM's]."),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version"),
+    block_size: pf.BlockSize = None,
+    enforce_eager: pf.EnforceEager = False,
+    vllm_version: pf.VllmVersion = None,
     kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="Measured KV memory per GPU (base GPU/TP/utilization only)."),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU (base only)."),
     num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override", help="(base GPU/TP/utilization only)"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
-    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
+    gpus_per_node: pf.GpusPerNode = 8,
+    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
     # traffic (as `kvplan simulate`)
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps, or --rate)."),
@@ -175,10 +174,8 @@ def tune_cmd(
                             kv_cache_dtype=kv_cache_dtype, gpus=gpus, tp=tensor_parallel_size,
                             gpu=None if gpu_memory else gpu,
                             coverage=coverage if coverage is not None else (99.9 if requests else None))
-        from .simulate import plan_request_from_flags
-
         # The base is the first value of each list: the measured KV memory and a --profile describe it.
-        base = plan_request_from_flags(
+        base = pf.plan_request_from_flags(
             model=model, gpu=gpu_names[0] if gpu_names else gpu, gpu_memory=gpu_memory, device=device,
             tensor_parallel_size=space.tensor_parallel[0] if space.tensor_parallel else 1,
             pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size, dtype=dtype,
@@ -187,8 +184,11 @@ def tune_cmd(
             enforce_eager=enforce_eager, vllm_version=vllm_version, kv_cache_memory=kv_cache_memory,
             kv_cache_memory_bytes=kv_cache_memory_bytes, num_gpu_blocks_override=num_gpu_blocks_override,
             gpus_per_node=gpus_per_node, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
-        trace = _trace(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
-                       duration=duration, input_len=input_len, output_len=output_len, arrival=arrival, seed=seed)
+        from ..sim.trace import trace_maker
+
+        trace = trace_maker(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
+                            duration=duration, input_len=input_len, output_len=output_len, arrival=arrival,
+                            seed=seed)(rate)
         prof = None
         if profile:
             from ..sim import StepTimeProfile
@@ -244,28 +244,3 @@ def _render(result, fmt: str, top: int, to_file: bool) -> str:
     render_table(result, top)
     return ""
 
-
-def _trace(*, rate, requests, tokenizer, num_requests, duration, input_len, output_len, arrival, seed):
-    """The trace, with ``kvplan simulate``'s rules and defaults (1,000 requests with --rate,
-    prompts 1024 and outputs 256 tokens unless given)."""
-    from ..slo import parse_seconds
-    from ..workload.lengthdist import parse_length
-
-    if rate is None and not requests:
-        raise UsageError("give --rate R (synthetic traffic) or --requests LOG (replay)")
-    if rate is not None and not rate > 0:
-        raise UsageError(f"--rate must be positive, got {rate}")
-    if num_requests is not None and num_requests < 1:
-        raise UsageError("--num-requests must be at least 1")
-    dur = parse_seconds(duration, "--duration") if duration else None
-    if requests:
-        from ..sim import trace_from_log
-
-        return trace_from_log([requests], tokenizer=tokenizer, rate=rate, arrival=arrival, seed=seed,
-                              num_requests=num_requests)
-    from ..sim import synthetic_trace
-
-    n = num_requests if num_requests is not None or dur is not None else 1000
-    return synthetic_trace(rate, num_requests=n, duration_s=dur,
-                           input_len=parse_length(input_len or "1024", "--input-len"),
-                           output_len=parse_length(output_len or "256", "--output-len"), arrival=arrival, seed=seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import UsageError
 from ..workload.arrivals import rate_schedule
@@ -103,3 +103,38 @@ def trace_from_requests(requests, source: str) -> Trace:
         if r.prompt_tokens < 0 or r.output_tokens < 0 or not math.isfinite(r.arrival_s):
             raise UsageError(f"invalid simulated request {r}")
     return Trace(reqs, source)
+
+
+def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokenizer: Optional[str] = None,
+                num_requests: Optional[int] = None, duration: Optional[str] = None,
+                input_len: Optional[str] = None, output_len: Optional[str] = None, arrival: str = "poisson",
+                seed: int = 0) -> Callable[[Optional[float]], Trace]:
+    """The traffic flags of ``kvplan simulate`` / ``kvplan tune`` -> ``make_trace(rate)``: a request
+    log replayed (its timestamps unless a rate is given), else synthetic arrivals at the rate
+    (1,000 requests unless --num-requests or --duration; prompts 1024 and outputs 256 tokens unless
+    given). Every flag is checked here, before anything is simulated; the same function builds the
+    trace at each rate of a saturation search, with the same seed."""
+    from ..slo import parse_seconds
+    from ..workload.lengthdist import parse_length
+
+    if rate is None and not requests:
+        raise UsageError("give --rate R (synthetic traffic) or --requests LOG (replay)")
+    if rate is not None and not rate > 0:
+        raise UsageError(f"--rate must be positive, got {rate}")
+    if num_requests is not None and num_requests < 1:
+        raise UsageError("--num-requests must be at least 1")
+    dur = parse_seconds(duration, "--duration") if duration else None
+    in_dist = parse_length(input_len or "1024", "--input-len")
+    out_dist = parse_length(output_len or "256", "--output-len")
+    n = num_requests if num_requests is not None or dur is not None else 1000
+
+    def make_trace(r: Optional[float]) -> Trace:
+        if requests:
+            from .logtrace import trace_from_log
+
+            return trace_from_log([requests], tokenizer=tokenizer, rate=r, arrival=arrival, seed=seed,
+                                  num_requests=num_requests)
+        return synthetic_trace(r, num_requests=n, duration_s=dur, input_len=in_dist, output_len=out_dist,
+                               arrival=arrival, seed=seed)
+
+    return make_trace

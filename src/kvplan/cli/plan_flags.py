@@ -1,0 +1,197 @@
+"""The plan flags of ``kvplan plan``, one copy for every command that takes them (plan, simulate,
+calibrate, tune, preflight, profile): their typer declarations and the rules that turn them into
+a :class:`kvplan.memory.PlanRequest`.
+
+Each declaration is an ``Annotated`` type, so a command keeps its own default
+(``tensor_parallel_size: plan_flags.TensorParallelSize = 1``) while the flag's names and help
+come from here. Only typer and the standard library at module level: ``kvplan plan`` must start
+fast, so the library is imported inside the functions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Mapping, Optional, Sequence
+
+import typer
+
+from ..errors import UsageError
+
+Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder.")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name from the catalog (see `kvplan gpus`).")]
+GpuMemory = Annotated[Optional[str], typer.Option(
+    "--gpu-memory", help="Total memory of one GPU as CUDA reports it, e.g. 79.19GiB.")]
+Device = Annotated[str, typer.Option("--device", help="cuda, or cpu for vLLM's CPU backend.")]
+TensorParallelSize = Annotated[int, typer.Option("--tensor-parallel-size", "-tp")]
+PipelineParallelSize = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp")]
+DataParallelSize = Annotated[int, typer.Option("--data-parallel-size", "-dp")]
+Dtype = Annotated[str, typer.Option("--dtype")]
+Quantization = Annotated[Optional[str], typer.Option("--quantization", "-q")]
+KvCacheDtype = Annotated[str, typer.Option("--kv-cache-dtype")]
+GpuMemoryUtilization = Annotated[Optional[float], typer.Option("--gpu-memory-utilization")]
+MaxModelLen = Annotated[Optional[str], typer.Option(
+    "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768, auto = fit the cache.")]
+MaxNumSeqs = Annotated[Optional[int], typer.Option("--max-num-seqs")]
+MaxNumBatchedTokens = Annotated[Optional[str], typer.Option("--max-num-batched-tokens")]
+BlockSize = Annotated[Optional[int], typer.Option("--block-size")]
+EnforceEager = Annotated[bool, typer.Option("--enforce-eager")]
+VllmVersion = Annotated[Optional[str], typer.Option(
+    "--vllm-version", help="Follow this vLLM version's rules (default 0.33).")]
+Engine = Annotated[Optional[str], typer.Option("--engine", help="v0 or v1 where VLLM_USE_V1 chose (vLLM 0.7-0.10).")]
+KvCacheMemory = Annotated[Optional[str], typer.Option(
+    "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given), as vLLM's 'Available KV cache memory'.")]
+KvCacheMemoryBytes = Annotated[Optional[str], typer.Option(
+    "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU.")]
+NumGpuBlocksOverride = Annotated[Optional[int], typer.Option("--num-gpu-blocks-override")]
+GpusPerNode = Annotated[int, typer.Option("--gpus-per-node")]
+DisableHybridKvCacheManager = Annotated[bool, typer.Option("--disable-hybrid-kv-cache-manager")]
+
+
+def human_int(text: str, what: str, allow_auto: bool = False) -> int:
+    """vLLM's human_readable_int: '32k' = 32,000, '32K' = 32,768; 'auto'/-1 where allowed."""
+    raw = text.strip()
+    if allow_auto and raw.lower() in ("auto", "-1"):
+        return -1
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        if raw and raw[-1] in units:
+            return int(float(raw[:-1]) * units[raw[-1]])
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{what}: cannot read {text!r} as a number (e.g. 8192, 32k, 32K"
+                         f"{', auto' if allow_auto else ''})") from None
+
+
+def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cuda", tensor_parallel_size=1,
+                            pipeline_parallel_size=1, data_parallel_size=1, dtype="auto", quantization=None,
+                            kv_cache_dtype="auto", gpu_memory_utilization=None, max_model_len=None,
+                            max_num_seqs=None, max_num_batched_tokens=None, block_size=None, enforce_eager=False,
+                            vllm_version=None, engine=None, kv_cache_memory=None, kv_cache_memory_bytes=None,
+                            num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
+                            log=None):
+    """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
+    strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
+
+    ``log`` is a parsed vLLM start-up log (``--from-log``): its model, GPU memory, measured KV
+    memory and serve flags fill in what the flags leave at their defaults."""
+    from ..hardware import custom_gpu, find_gpu, parse_size
+    from ..memory import PlanRequest
+
+    flags_from_log: dict = log.args if log is not None else {}
+    if log is not None:
+        model = model or log.model
+        vllm_version = vllm_version or log.vllm_version
+    if not model:
+        raise UsageError("--model is required" + (" (or a --from-log whose args name the model)"
+                                                  if log is not None else ""))
+    from ..models import load_model
+
+    spec = load_model(model)
+    if gpu_memory:
+        g = custom_gpu(parse_size(gpu_memory, "--gpu-memory"), name=gpu or f"{gpu_memory} GPU")
+    elif gpu:
+        g = find_gpu(gpu)
+    elif log is not None and log.total_gpu_memory_gib:
+        g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "GPU from log")
+    elif device == "cpu":
+        g = custom_gpu(parse_size("16GiB"), "CPU")
+    else:
+        raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
+
+    def pick(name, value, default=None):
+        return value if value is not None and value != default else flags_from_log.get(name, value)
+
+    kv_bytes = None
+    source = "kv_cache_memory"
+    if kv_cache_memory_bytes:
+        kv_bytes = human_int(str(kv_cache_memory_bytes), "--kv-cache-memory-bytes")
+    elif kv_cache_memory:
+        kv_bytes = parse_size(kv_cache_memory, "--kv-cache-memory")
+    elif log is not None and log.available_kv_bytes is not None:
+        kv_bytes, source = log.available_kv_bytes, "log"
+    mml = human_int(str(max_model_len), "--max-model-len", allow_auto=True) if max_model_len else None
+    if mml is None and log is not None:
+        mml = log.max_model_len or flags_from_log.get("max_model_len")
+    mnbt = human_int(str(max_num_batched_tokens), "--max-num-batched-tokens") if max_num_batched_tokens else \
+        flags_from_log.get("max_num_batched_tokens")
+    req = PlanRequest(
+        model=spec, gpu=g, device=device,
+        tensor_parallel_size=pick("tensor_parallel_size", tensor_parallel_size, 1),
+        pipeline_parallel_size=pick("pipeline_parallel_size", pipeline_parallel_size, 1),
+        data_parallel_size=pick("data_parallel_size", data_parallel_size, 1),
+        dtype=str(pick("dtype", dtype, "auto")),
+        quantization=pick("quantization", quantization),
+        kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype, "auto")),
+        gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization),
+        max_model_len=mml,
+        max_num_seqs=pick("max_num_seqs", max_num_seqs),
+        max_num_batched_tokens=mnbt,
+        block_size=pick("block_size", block_size),
+        enforce_eager=bool(pick("enforce_eager", enforce_eager, False)),
+        vllm_version=vllm_version,
+        engine=engine or (log.engine if log is not None else None),
+        kv_cache_memory_bytes=kv_bytes,
+        num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
+        gpus_per_node=gpus_per_node,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+        kv_memory_source=source,
+    )
+    if log is not None and source == "log":
+        per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
+        if per_stage is not None:
+            from dataclasses import replace
+
+            req = replace(req, kv_cache_memory_per_stage=per_stage)
+    return req
+
+
+#: the keyword arguments of :func:`plan_request_from_flags` that are flags (named as the flags)
+PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pipeline_parallel_size",
+             "data_parallel_size", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
+             "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "enforce_eager",
+             "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
+             "gpus_per_node", "disable_hybrid_kv_cache_manager")
+
+
+def plan_flags_of(values: Mapping[str, Any], *, skip_none: bool = False) -> dict:
+    """The plan flags among a command's parameters (``locals()``, a config file's values);
+    ``skip_none`` leaves unset ones to :func:`plan_request_from_flags`' defaults."""
+    return {k: values[k] for k in PLAN_KEYS if k in values and not (skip_none and values[k] is None)}
+
+
+def plan_from_flags(*, from_log: Optional[Path] = None, **flags):
+    """``kvplan plan``'s result for its flags: (PlanResult, the parsed start-up log or None). With
+    ``from_log`` the plan takes the log's measured values and is compared with what vLLM logged."""
+    from ..memory import plan
+    from ..memory.compare import compare_with_log
+
+    log = None
+    if from_log is not None:
+        from ..memory.startup_log import read_startup_log
+
+        log = read_startup_log(from_log)
+    req = plan_request_from_flags(log=log, **flags)
+    result = plan(req)
+    if log is not None:
+        result = compare_with_log(result, req, log)
+    return result, log
+
+
+def plan_from_args(plan_args: Sequence[str]):
+    """The PlanResult ``kvplan plan PLAN_ARGS`` computes, in this process: the plan command's own
+    parser reads the flags (their names, defaults and checks), so a plan is spelled the same way
+    everywhere. An unknown or malformed flag is a UsageError naming it."""
+    from .main import app
+
+    command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
+    try:
+        ctx = command.make_context("plan", [str(a) for a in plan_args])
+    except typer.TyperException as exc:  # typer's (vendored) click: no such option, a bad value
+        raise UsageError(f"plan flags: {exc.format_message()}") from None
+    # the plan command's output options (format, --requests' traffic, --serve-config) are not the plan
+    flags = {k: v for k, v in ctx.params.items() if k not in OUTPUT_OPTIONS}
+    return plan_from_flags(**flags)[0]
+
+
+#: ``kvplan plan``'s parameters that shape its output, not the plan
+OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config")
