@@ -15,18 +15,11 @@ import asyncio
 import time
 from typing import Optional
 
-from ..errors import UsageError
+from .._ray import connect  # noqa: F401 - kvplan.bench.run joins the cluster through here
+from .._ray import import_ray as _ray
 from .runner import REASONS, Counters, StopFlag, WorkerOutput, WorkerPlan, run_worker
 
 _ACTOR_CLS = None
-
-
-def _ray():
-    try:
-        import ray  # type: ignore[import-not-found]
-    except ImportError:
-        raise UsageError("--ray-address needs Ray: pip install 'kvplan[ray]'") from None
-    return ray
 
 
 class _BenchActor:
@@ -52,38 +45,6 @@ def _actor_cls():
     if _ACTOR_CLS is None:
         _ACTOR_CLS = _ray().remote(num_cpus=1, max_concurrency=4)(_BenchActor)
     return _ACTOR_CLS
-
-
-def connect(address: str) -> None:
-    """Join the cluster at ``address`` (``local`` starts a private one for this run)."""
-    ray = _ray()
-    if ray.is_initialized():
-        return
-    kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
-    if address != "local":
-        kwargs["address"] = address
-        host, _, port = address.rpartition(":")
-        if host and port.isdigit():
-            _probe(host, int(port), address)
-            if host in ("127.0.0.1", "localhost", "::1"):
-                kwargs["_node_ip_address"] = "127.0.0.1"  # keep Ray's own traffic on loopback too
-    else:
-        kwargs["_node_ip_address"] = "127.0.0.1"
-    try:
-        ray.init(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, …: say what failed
-        raise UsageError(f"--ray-address {address}: cannot join the Ray cluster ({type(exc).__name__}: {exc})") from None
-
-
-def _probe(host: str, port: int, address: str) -> None:
-    """Fail fast when nothing listens at the head's address (Ray itself retries for minutes)."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=3.0):
-            pass
-    except OSError as exc:
-        raise UsageError(f"--ray-address {address}: no Ray head answers there ({exc})") from None
 
 
 async def run_ray_workers(bench, n: int, stop: StopFlag, on_counters, on_start) -> tuple[list, float, float]:

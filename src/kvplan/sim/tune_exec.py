@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from .._ray import connect as _connect
+from .._ray import import_ray as _ray
 from ..errors import UsageError
 
 #: The worker's copy of what every task shares (set by the pool initializer or the Ray task).
@@ -124,44 +126,9 @@ def _chunks(tasks: Sequence[Any], workers: int) -> tuple[list[list[Any]], int]:
 _RAY_FN = None
 
 
-def _ray():
-    try:
-        import ray  # type: ignore[import-not-found]
-    except ImportError:
-        raise UsageError("--ray-address needs Ray: pip install 'kvplan[ray]'") from None
-    return ray
-
-
 def _ray_chunk(fn, shared, chunk):
     _init_worker(shared)
     return _run_chunk(fn, chunk)
-
-
-def _connect(address: str) -> None:
-    """Join the cluster at ``address`` (``local``: a private instance for this run). Nothing
-    listening at a host:port address is a usage error within seconds (Ray itself retries for
-    minutes). A caller already connected to Ray keeps its connection (and its cluster)."""
-    ray = _ray()
-    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
-    if address != "local":
-        kwargs["address"] = address
-        host, _, port = address.rpartition(":")
-        if host and port.isdigit():
-            import socket
-
-            try:
-                with socket.create_connection((host, int(port)), timeout=3.0):
-                    pass
-            except OSError as exc:
-                raise UsageError(f"--ray-address {address}: no Ray head answers there ({exc})") from None
-            if host in ("127.0.0.1", "localhost", "::1"):
-                kwargs["_node_ip_address"] = "127.0.0.1"
-    else:
-        kwargs["_node_ip_address"] = "127.0.0.1"
-    try:
-        ray.init(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, …: say what failed
-        raise UsageError(f"--ray-address {address}: cannot join the Ray cluster ({type(exc).__name__}: {exc})") from None
 
 
 def _uninterleave(parts: list[list[Any]], n: int, total: int) -> list[Any]:
