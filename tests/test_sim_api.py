@@ -150,3 +150,31 @@ def test_request_overhead_is_added_to_ttft_and_e2e_only():
             assert b["latency_s"][m][stat] == pytest.approx(a["latency_s"][m][stat] + 0.25, abs=1e-5)
     assert b["latency_s"]["tpot"] == a["latency_s"]["tpot"]
     assert b["first_token_order"] == a["first_token_order"] and b["preemptions"] == a["preemptions"]
+
+
+def _h100_fp8(max_num_seqs=2048):
+    return PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("H100"),
+                       tensor_parallel_size=4, max_model_len=2048, max_num_seqs=max_num_seqs, kv_cache_dtype="fp8")
+
+
+def _short_prompts(rate, n):
+    return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:300,500", "x"),
+                           output_len=parse_length("512", "x"), seed=0)
+
+
+def test_backlog_held_in_the_running_batch_is_saturation():
+    """With max_num_seqs 2,048 and room in the KV cache, an overloaded engine admits everything:
+    nobody waits, every step slows down, and the requests in the system keep growing."""
+    over = simulate(_h100_fp8(), _short_prompts(25, 2000)).to_dict()
+    assert over["engine"]["max_waiting"] == 0 and over["saturation"]["saturated"] is True
+    assert "requests in the system" in over["saturation"]["reason"]
+    assert over["saturation"]["max_sustainable_rate_estimate"] < 25
+    under = simulate(_h100_fp8(), _short_prompts(14, 1500)).to_dict()
+    assert under["saturation"]["saturated"] is False
+
+
+def test_a_trace_shorter_than_the_filling_phase_is_not_judged():
+    short = simulate(_req(), synthetic_trace(4, num_requests=120, input_len=parse_length("uniform:800,1200", "x"),
+                                             output_len=parse_length("512", "x"), seed=0)).to_dict()
+    assert short["saturation"]["saturated"] is None
+    assert short["saturation"]["reason"].startswith("too short to judge")

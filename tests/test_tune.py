@@ -163,3 +163,19 @@ def test_the_reuse_rule():
     assert can_stand_for(s64, [run(kv_peak_blocks=usable - demand)], s128, 100)
     assert not can_stand_for(s64, [run(kv_peak_blocks=usable - demand + 1)], s128, 100)
     assert not can_stand_for(s64, [run(), run(max_waiting=2)], s128, 100)  # every replica's run counts
+
+
+def test_a_configuration_whose_backlog_grows_does_not_meet_the_slo():
+    """25 req/s of 300-500-token prompts overload Llama-2-70B on 4 H100s (fp8 KV) although the
+    trace's percentiles alone would pass a loose SLO: the not_saturated check fails it."""
+    base = PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("H100"),
+                       tensor_parallel_size=4, max_model_len=2048)
+    trace = synthetic_trace(25, num_requests=2000, input_len=LengthDist("uniform", 300, 500),
+                            output_len=LengthDist("fixed", 512), seed=0)
+    space = TuneSpace(max_num_seqs=(2048,), gpu_memory_utilization=(0.9,), kv_cache_dtype=("fp8",),
+                      gpus=(4,), tensor_parallel=(4,))
+    res = tune(base, trace, parse_slo("ttft_p99=600s"), space=space, processes=1)
+    (row,) = res.rows
+    assert row.saturated is True and not row.meets_slo and res.winner is None
+    assert [c.key for c in row.checks if not c.passed] == ["not_saturated"]
+    assert any("cannot carry the rate" in n for n in res.notes)

@@ -24,19 +24,29 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
     con.print(escape(pruned_text(r)))
     lat = r.pareto_latency
     t = Table(title=f"Top {min(top, len(r.rows))} of {len(r.rows)} (★ = Pareto front: tok/s/GPU vs {lat})")
-    for col, just in (("#", "right"), ("configuration", "left"), ("seqs", "right"), ("batched", "right"),
-                      ("len", "right"), ("util", "right"), ("KV", "left"), ("good req/s/GPU", "right"),
-                      ("tok/s/GPU", "right"), ("TTFT p99", "right"), ("TPOT p99", "right"), ("E2E p99", "right"),
-                      ("preempt", "right"), ("SLO", "left")):
-        t.add_column(col, justify=just)
+    # A narrow terminal gets the columns that decide the ranking; --format json/markdown has all.
+    wide = con.width >= 150
+    cols = [("#", "right", lambda row: f"{row.rank}{'★' if row.pareto else ''}"),
+            ("configuration", "left", lambda row: escape(config_cell(row))),
+            ("seqs", "right", lambda row: str(row.flags["max_num_seqs"]))]
+    if wide:
+        cols += [("batched", "right", lambda row: str(row.flags["max_num_batched_tokens"])),
+                 ("len", "right", lambda row: str(row.flags["max_model_len"])),
+                 ("util", "right", lambda row: f"{row.flags['gpu_memory_utilization']:g}")]
+    cols += [("KV", "left", lambda row: escape(str(row.flags["kv_cache_dtype"]))),
+             ("good req/s/GPU" if wide else "good/GPU", "right", lambda row: f"{row.goodput_per_gpu:.3g}")]
+    if wide:
+        cols += [("tok/s/GPU", "right", lambda row: f"{row.throughput['output_tokens_per_s_per_gpu']:,.0f}")]
+    cols += [("TTFT p99", "right", lambda row: seconds(row.metric("ttft_p99"))),
+             ("TPOT p99", "right", lambda row: seconds(row.metric("tpot_p99")))]
+    if wide:
+        cols += [("E2E p99", "right", lambda row: seconds(row.metric("e2e_p99"))),
+                 ("preempt", "right", lambda row: str(row.preemptions))]
+    cols += [("SLO", "left", lambda row: escape(slo_cell(row)))]
+    for name, just, _ in cols:
+        t.add_column(name, justify=just, no_wrap=name != "configuration")
     for row in r.rows[:top]:
-        f = row.flags
-        t.add_row(f"{row.rank}{'★' if row.pareto else ''}", escape(config_cell(row)), str(f["max_num_seqs"]),
-                  str(f["max_num_batched_tokens"]), str(f["max_model_len"]), f"{f['gpu_memory_utilization']:g}",
-                  escape(str(f["kv_cache_dtype"])), f"{row.goodput_per_gpu:.3g}",
-                  f"{row.throughput['output_tokens_per_s_per_gpu']:,.0f}", seconds(row.metric("ttft_p99")),
-                  seconds(row.metric("tpot_p99")), seconds(row.metric("e2e_p99")), str(row.preemptions),
-                  escape(slo_cell(row)), style=None if row.meets_slo else "dim")
+        t.add_row(*(cell(row) for _, _, cell in cols), style=None if row.meets_slo else "dim")
     if r.rows:
         con.print(t)
     if r.pruned.examples:

@@ -217,38 +217,72 @@ def _r(x: Optional[float]) -> Optional[float]:
     return None if x is None else round(x, 6)
 
 
+def _slope(pts: list[tuple[float, float]]) -> Optional[float]:
+    """Least-squares slope of (t, y) points, None for fewer than two."""
+    if len(pts) < 2:
+        return None
+    mt = sum(t for t, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    den = sum((t - mt) ** 2 for t, _ in pts)
+    return sum((t - mt) * (y - my) for t, y in pts) / den if den > 0 else 0.0
+
+
 def saturation(engine: Engine, trace: Trace) -> dict:
-    """Is the queue growing without bound? The waiting queue's slope over the second half of the
-    arrivals (after warm-up) against the offered rate; when it grows, the engine's completion
-    rate over the whole run is what it sustains (it drains at capacity once saturated)."""
+    """Is the backlog growing without bound? Two signs, over the second half of the arrivals:
+    the waiting queue grows, or the requests in the system (running + waiting) grow after the
+    system has filled (one median E2E after the first arrival). The second matters when
+    max_num_seqs is large: an overloaded engine then admits everything, the backlog sits in the
+    running batch and every step gets slower, with no queue at all. A trace too short to get past
+    the filling phase cannot be judged (``saturated`` None, and the reason says so). When
+    saturated, the engine's completion rate is what it sustains (it drains at capacity)."""
     reqs = engine.reqs
     arrivals = [r.arrival for r in reqs]
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
         return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
-                "max_waiting": engine.max_waiting, "max_sustainable_rate_estimate": None,
-                "reason": "too few arrivals to judge"}
+                "in_system_slope_per_s": None, "max_waiting": engine.max_waiting,
+                "max_sustainable_rate_estimate": None, "reason": "too few arrivals to judge"}
     a0, a1 = arrivals[0], arrivals[-1]
     offered = (len(arrivals) - 1) / (a1 - a0)
     mid = a0 + (a1 - a0) / 2
-    pts = [(row["t"], row["waiting"]) for row in engine.timeline if mid <= row["t"] <= a1 + engine.interval]
-    slope = None
-    if len(pts) >= 2:
-        mt = sum(t for t, _ in pts) / len(pts)
-        mw = sum(w for _, w in pts) / len(pts)
-        den = sum((t - mt) ** 2 for t, _ in pts)
-        slope = sum((t - mt) * (w - mw) for t, w in pts) / den if den > 0 else 0.0
-    end_wait = pts[-1][1] if pts else 0
+    rows = [row for row in engine.timeline if mid <= row["t"] <= a1 + engine.interval]
+    slope = _slope([(row["t"], row["waiting"]) for row in rows])
+    end_wait = rows[-1]["waiting"] if rows else 0
     floor = max(5, 0.02 * len(arrivals))
-    saturated = bool(slope is not None and slope > 0.02 * offered and end_wait >= floor)
+    queue_grows = bool(slope is not None and slope > 0.02 * offered and end_wait >= floor)
+
+    e2e = sorted(r.t_end - r.arrival for r in reqs if r.status == DONE)
+    filling = e2e[len(e2e) // 2] if e2e else 0.0
+    start = max(mid, a0 + filling)
+    settled = [(row["t"], row["running"] + row["waiting"]) for row in engine.timeline
+               if start <= row["t"] <= a1 + engine.interval]
+    judgeable = (a1 - start) >= 0.2 * (a1 - a0) and len(settled) >= 3
+    in_slope = _slope(settled) if judgeable else None
+    system_grows = False
+    if in_slope is not None:
+        span = settled[-1][0] - settled[0][0]
+        growth = in_slope * span
+        # Over a window W the count moves by arrivals minus departures, each about Poisson with
+        # variance rate·W even when the engine keeps up: growth must stand 3 sigma above that.
+        system_grows = in_slope > 0.02 * offered and growth > max(5.0, 3.0 * math.sqrt(2.0 * offered * span))
+
     done = [r.t_end for r in reqs if r.status == DONE]
     completion = (len(done) / (max(done) - a0)) if done and max(done) > a0 else None
-    if saturated:
+    saturated: Optional[bool] = queue_grows or system_grows
+    if queue_grows:
         reason = (f"the waiting queue grows by {slope:.2f} requests/s over the second half of the arrivals "
                   f"({end_wait} waiting at the last arrival)")
+    elif system_grows:
+        reason = (f"the requests in the system (running + waiting) grow by {in_slope:.2f}/s after the engine "
+                  f"filled: the running batch absorbs a backlog it cannot serve")
+    elif not judgeable:
+        saturated = None
+        reason = (f"too short to judge: {a1 - a0:.0f} s of arrivals against a median E2E of {filling:.0f} s "
+                  f"(the engine is still filling); use a trace several times longer than the E2E")
     else:
-        reason = "the waiting queue stays bounded"
+        reason = "the waiting queue and the requests in the system stay bounded"
     return {"saturated": saturated, "offered_rate": _r(offered), "completion_rate": _r(completion),
-            "queue_slope_per_s": _r(slope), "max_waiting": engine.max_waiting,
+            "queue_slope_per_s": _r(slope), "in_system_slope_per_s": _r(in_slope),
+            "max_waiting": engine.max_waiting,
             "max_sustainable_rate_estimate": _r(completion) if saturated else None, "reason": reason}
 
 

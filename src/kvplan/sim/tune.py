@@ -58,6 +58,7 @@ class TuneRow:
     serve_command: str
     pareto: bool = False
     reused_from: Optional[str] = None  # the simulated configuration whose run stands for this one
+    saturated: Optional[bool] = None  # backlog grows without bound (None: the trace is too short to tell)
 
     def metric(self, key: str) -> Optional[float]:
         metric, _, stat = key.partition("_")
@@ -72,7 +73,7 @@ class TuneRow:
                 "requests": dict(self.requests), "throughput": dict(self.throughput),
                 "latency_s": {k: dict(v) for k, v in self.latency_s.items()}, "preemptions": self.preemptions,
                 "kv": dict(self.kv), "profile": self.profile, "serve_command": self.serve_command,
-                "pareto": self.pareto, "reused_from": self.reused_from}
+                "pareto": self.pareto, "reused_from": self.reused_from, "saturated": self.saturated}
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,15 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     if base.kv_cache_memory_bytes is not None and any(c.request.kv_cache_memory_bytes is None for c in cands):
         notes.append("the given KV memory applies to the base GPU, TP and utilization only; other "
                      "configurations use kvplan's memory estimate")
+    n_sat = sum(1 for r in ranked if r.saturated)
+    if n_sat:
+        notes.append(f"{n_sat} configuration(s) cannot carry the rate: their backlog grows without bound "
+                     "(check not_saturated), whatever this trace's percentiles say")
+    n_unknown = sum(1 for r in ranked if r.saturated is None)
+    if n_unknown:
+        notes.append(f"{n_unknown} configuration(s) could not be judged for saturation: the trace ends while the "
+                     "engine is still filling (saturated: null); their percentiles may be optimistic: use a trace "
+                     "several times longer than the E2E latency (--num-requests / --duration)")
     if not all_replicas and any(r.flags["data_parallel_size"] > 1 for r in ranked):
         notes.append("data parallel: one replica simulated on its round-robin share (rate / DP), throughput "
                      "× DP; percentiles are that replica's")
@@ -309,6 +319,11 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
     goodput = good / window * scale if window > 0 else 0.0
     error_rate = fleet.failed / total if total else None
     checks = check_slos(slos, fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
+    if fleet.saturated:
+        # A backlog that grows without bound misses every SLO once the trace is long enough,
+        # whatever this trace's percentiles say: the configuration does not carry the rate.
+        # (None, a trace that ends while the engine still fills, is reported in the notes.)
+        checks = checks + (SloCheck("not_saturated", 0.0, 1.0, False),)
     meets = all(ch.passed for ch in checks)
     miss = closeness(checks)
     gpus = c.gpus
@@ -325,6 +340,7 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
         kv={"num_gpu_blocks": c.plan.kv.num_gpu_blocks, "kv_cache_tokens": c.plan.kv.kv_cache_tokens,
             "max_concurrency": c.plan.kv.max_concurrency},
         profile=shares[0].profile, serve_command=c.plan.serve_command, reused_from=reused_from,
+        saturated=fleet.saturated,
     )
     lat = row.metric(lat_key)
     return row, rank_key(objective, meets, row.goodput_per_gpu, lat, gpus, miss, c.index)

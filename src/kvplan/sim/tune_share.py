@@ -39,6 +39,7 @@ class ShareOutcome:
     max_waiting: int = 0  # the waiting queue after a step, at its longest
     kv_peak_blocks: int = 0  # KV blocks in use after a step, at most
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
+    saturated: Optional[bool] = None  # the simulator's verdict on the replica's backlog (None: trace too short)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Fleet:
     e2e: tuple[float, ...]
     latency: dict
     preemptions: int
+    saturated: Optional[bool] = None  # True when any replica's backlog grows without bound
 
 
 def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
@@ -77,6 +79,8 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
         rejected=sum(s.rejected for s in shares), failed=sum(s.failed for s in shares),
         output_tokens=sum(s.output_tokens for s in shares), window_s=window, ttft=ttft, tpot=tpot, e2e=e2e,
         latency=latency, preemptions=sum(s.preemptions for s in shares),
+        saturated=True if any(s.saturated for s in shares) else (
+            False if all(s.saturated is False for s in shares) else None),
     )
 
 
@@ -100,15 +104,17 @@ def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
 
 def outcome_of(result, trace) -> ShareOutcome:
     """The compact outcome of one SimResult (its per-request records: TTFT = first token - arrival,
-    E2E = end - arrival, TPOT = (end - first token) / (output tokens - 1), as SimResult defines them)."""
+    E2E = end - arrival, both plus the profile's API-server latency; TPOT = (end - first token) /
+    (output tokens - 1), as SimResult defines them)."""
+    ovh = float(result.profile.get("request_overhead_s") or 0.0)
     ttft, tpot, e2e = [], [], []
     end = None
     for r in result.per_request or ():
         if r["status"] != "completed":
             continue
         a, f, e, n = r["arrival"], r["first_token"], r["end"], r["output_tokens"]
-        ttft.append(f - a)
-        e2e.append(e - a)
+        ttft.append(f - a + ovh)
+        e2e.append(e - a + ovh)
         tpot.append((e - f) / (n - 1) if n > 1 else None)
         end = e if end is None or e > end else end
     req = result.requests
@@ -121,4 +127,5 @@ def outcome_of(result, trace) -> ShareOutcome:
         ttft=tuple(ttft), tpot=tuple(tpot), e2e=tuple(e2e), itl=dict(result.latency_s["itl"]),
         preemptions=int(result.preemptions), max_waiting=int(result.engine.get("max_waiting") or 0),
         kv_peak_blocks=peak, kv_rejections=int(result.rejected_reasons.get("exceeds_kv_cache", 0)),
+        saturated=(result.saturation or {}).get("saturated"),
     )
