@@ -152,6 +152,9 @@ PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pi
              "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
              "gpus_per_node", "disable_hybrid_kv_cache_manager")
 
+#: ``kvplan plan``'s parameters that shape its output, not the plan
+OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config")
+
 
 def plan_flags_of(values: Mapping[str, Any], *, skip_none: bool = False) -> dict:
     """The plan flags among a command's parameters (``locals()``, a config file's values);
@@ -192,6 +195,3 @@ def plan_from_args(plan_args: Sequence[str]):
     flags = {k: v for k, v in ctx.params.items() if k not in OUTPUT_OPTIONS}
     return plan_from_flags(**flags)[0]
 
-
-#: ``kvplan plan``'s parameters that shape its output, not the plan
-OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config")
