@@ -17,14 +17,10 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ._exit import fail as _fail
 
 bench_app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                         help="Load-test a live OpenAI-compatible server (vLLM first), with its /metrics on the same clock.")
-
-
-def _fail(exc: Exception, code: int = 2) -> None:
-    typer.echo(f"kvplan: error: {exc}", err=True)
-    raise typer.Exit(code)
 
 
 @bench_app.callback()

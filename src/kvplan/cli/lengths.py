@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ._exit import fail as _fail
 
 
 class Format(str, Enum):
@@ -39,11 +40,6 @@ class Container(str, Enum):
     json = "json"
     csv = "csv"
     log = "log"
-
-
-def _fail(message: str, code: int) -> None:
-    typer.echo(f"kvplan: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def resolve_tokenizer(tokenizer: Optional[str], model: Optional[str], chat_template: Optional[str],

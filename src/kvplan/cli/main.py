@@ -17,6 +17,7 @@ import typer
 from ..errors import UsageError
 from . import plan_flags as pf
 from .plan_flags import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
+from ._exit import fail as _fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="kvplan: vLLM-exact GPU memory and KV-cache planning.")
@@ -26,11 +27,6 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     markdown = "markdown"
-
-
-def _fail(exc: Exception) -> None:
-    typer.echo(f"kvplan: error: {exc}", err=True)
-    raise typer.Exit(2)
 
 
 @app.command("plan")

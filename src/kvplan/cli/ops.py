@@ -15,11 +15,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-
-
-def _fail(exc: Exception, code: int = 2) -> None:
-    typer.echo(f"kvplan: error: {exc}", err=True)
-    raise typer.Exit(code)
+from ._exit import fail as _fail
 
 
 def alerts_cmd(
@@ -51,8 +47,6 @@ def alerts_cmd(
     typer.echo(f"wrote {out.rules_path} (Prometheus rules) and {out.dashboard_path} (Grafana dashboard) "
                f"for vLLM {out.names.version} metric names")
     typer.echo("check the rules with: promtool check rules " + str(out.rules_path))
-
-
 
 
 def doctor_cmd(

@@ -17,11 +17,7 @@ import typer
 
 from ..errors import UsageError
 from . import plan_flags as pf
-
-
-def _fail(exc: Exception, code: int = 2) -> None:
-    typer.echo(f"kvplan: error: {exc}", err=True)
-    raise typer.Exit(code)
+from ._exit import fail as _fail
 
 
 def preflight_cmd(

@@ -21,13 +21,9 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ._exit import fail as _fail
 
 FORMATS = ("table", "json", "markdown")
-
-
-def _fail(exc: Exception, code: int = 2) -> None:
-    typer.echo(f"kvplan: error: {exc}", err=True)
-    raise typer.Exit(code)
 
 
 def profile_cmd(

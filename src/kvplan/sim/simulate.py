@@ -172,7 +172,10 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     if per_request:
         per = tuple({"i": r.i, "arrival": _r(r.arrival), "status": _STATUS[r.status], "prompt_tokens": r.P,
                      "output_tokens": r.out, "scheduled": _r(r.t_sched), "first_token": _r(r.t_first),
-                     "end": _r(r.t_end), "preemptions": r.preempted, "prefix_hit_tokens": r.hit_tokens}
+                     "end": _r(r.t_end), "preemptions": r.preempted, "prefix_hit_tokens": r.hit_tokens,
+                     # what the client sees: the engine's times plus the API server's latency
+                     "ttft": _r(r.t_first - r.arrival + ovh) if r.status == DONE else None,
+                     "e2e": _r(r.t_end - r.arrival + ovh) if r.status == DONE else None}
                     for r in reqs)
     import random as _random
 

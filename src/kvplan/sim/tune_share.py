@@ -103,18 +103,17 @@ def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
 
 
 def outcome_of(result, trace) -> ShareOutcome:
-    """The compact outcome of one SimResult (its per-request records: TTFT = first token - arrival,
-    E2E = end - arrival, both plus the profile's API-server latency; TPOT = (end - first token) /
-    (output tokens - 1), as SimResult defines them)."""
-    ovh = float(result.profile.get("request_overhead_s") or 0.0)
+    """The compact outcome of one SimResult: each completed request's TTFT and E2E as its
+    per-request record gives them (what the client sees), TPOT = (end - first token) / (output
+    tokens - 1), as SimResult defines them."""
     ttft, tpot, e2e = [], [], []
     end = None
     for r in result.per_request or ():
         if r["status"] != "completed":
             continue
-        a, f, e, n = r["arrival"], r["first_token"], r["end"], r["output_tokens"]
-        ttft.append(f - a + ovh)
-        e2e.append(e - a + ovh)
+        f, e, n = r["first_token"], r["end"], r["output_tokens"]
+        ttft.append(r["ttft"])
+        e2e.append(r["e2e"])
         tpot.append((e - f) / (n - 1) if n > 1 else None)
         end = e if end is None or e > end else end
     req = result.requests
