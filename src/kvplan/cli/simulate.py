@@ -15,7 +15,14 @@ import typer
 
 from ..errors import UsageError
 from . import plan_flags as pf
+from . import traffic_flags as tf
 from ._exit import fail as _fail
+
+
+#: the plan flags' defaults in this command (a --from-serve-cmd value fills a flag left at its default)
+_PLAN_DEFAULTS = {"device": "cuda", "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+                  "dtype": "auto", "kv_cache_dtype": "auto", "enforce_eager": False, "gpus_per_node": 8,
+                  "disable_hybrid_kv_cache_manager": False}
 
 
 def register(app: typer.Typer) -> None:
@@ -45,16 +52,31 @@ def simulate_cmd(
     num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
     gpus_per_node: pf.GpusPerNode = 8,
     disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    # traffic
+    # traffic: vllm bench serve's flags (cli/traffic_flags.py) ...
+    request_rate: tf.RequestRate = None,
+    burstiness: tf.Burstiness = None,
+    max_concurrency: tf.MaxConcurrency = None,
+    num_prompts: tf.NumPrompts = None,
+    dataset_name: tf.DatasetName = None,
+    random_input_len: tf.RandomInputLen = None,
+    random_output_len: tf.RandomOutputLen = None,
+    random_range_ratio: tf.RandomRangeRatio = None,
+    random_prefix_len: tf.RandomPrefixLen = None,
+    sharegpt_output_len: tf.SharegptOutputLen = None,
+    ignore_eos: tf.IgnoreEos = None,
+    num_warmups: tf.NumWarmups = None,
+    from_bench_cmd: tf.FromBenchCmd = None,
+    from_serve_cmd: tf.FromServeCmd = None,
+    # ... and kvplan's (aliases of vllm bench's when those are used)
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second (with --requests: replay at this rate)."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps unless --rate)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: count prompts with this tokenizer."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="How many requests (default 1000 with --rate)."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Arrivals for this long, e.g. 60s, 5m."),
-    input_len: str = typer.Option("1024", "--input-len", help="N, uniform:LO,HI, normal:MEAN,STD (colon forms too)."),
-    output_len: str = typer.Option("256", "--output-len", help="Tokens generated per request, same syntax."),
-    arrival: str = typer.Option("poisson", "--arrival", help="constant, poisson or gamma:K."),
-    seed: int = typer.Option(0, "--seed"),
+    input_len: Optional[str] = typer.Option(None, "--input-len", help="N, uniform:LO,HI, normal:MEAN,STD (colon forms too) [1024]."),
+    output_len: Optional[str] = typer.Option(None, "--output-len", help="Tokens generated per request, same syntax [256]."),
+    arrival: Optional[str] = typer.Option(None, "--arrival", help="constant, poisson or gamma:K [poisson]."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="[0]"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Step-time profile from `kvplan calibrate` (default: roofline prior)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,tpot_p99=100ms."),
     no_prefix_caching: bool = typer.Option(False, "--no-enable-prefix-caching", help="vLLM's --no-enable-prefix-caching."),
@@ -81,10 +103,17 @@ def simulate_cmd(
         step = parse_seconds(interval, "--timeline-interval")
         if not step > 0:
             raise UsageError("--timeline-interval must be positive")
-        make_trace = trace_maker(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
-                                 duration=duration, input_len=input_len, output_len=output_len, arrival=arrival,
-                                 seed=seed)
-        req = pf.plan_request_from_flags(**pf.plan_flags_of(locals()))
+        flags = dict(locals())
+        plan_kw = pf.plan_flags_of(flags)
+        sim_opts: dict = {}
+        notes = tf.apply_serve_cmd(from_serve_cmd, plan_kw, _PLAN_DEFAULTS, sim_opts)
+        if not plan_kw.get("model") and from_bench_cmd:
+            from ..workload.bench_cmd import parse_bench_cmd
+
+            plan_kw["model"] = parse_bench_cmd(from_bench_cmd).model
+        req = pf.plan_request_from_flags(**plan_kw)
+        make_trace, _ = tf.traffic_maker(flags=flags, model_spec=req.model, vllm_version=plan_kw.get("vllm_version"),
+                                         notes=notes)
         from ..memory import plan
         from ..sim import StepTimeProfile, simulate
 
@@ -94,13 +123,14 @@ def simulate_cmd(
         prof = StepTimeProfile.load(profile) if profile else None
 
         trace = make_trace(rate)
-        opts = dict(enable_prefix_caching=not no_prefix_caching,
-                    long_prefill_token_threshold=long_prefill_token_threshold,
-                    async_scheduling=False if no_async_scheduling else None)
+        opts = dict(enable_prefix_caching=not no_prefix_caching and sim_opts.get("enable_prefix_caching", True),
+                    long_prefill_token_threshold=long_prefill_token_threshold or
+                    sim_opts.get("long_prefill_token_threshold", 0),
+                    async_scheduling=False if no_async_scheduling else sim_opts.get("async_scheduling"))
         result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
                           per_request=per_request, **opts)
         d = result.to_dict()
-        if (saturation_search or html is not None) and (rate is not None or requests):
+        if (saturation_search or html is not None) and (rate is not None or requests or trace.bench is not None):
             # the HTML report's throughput-latency curve is the bisection's probes
             from ..sim import find_saturation
 

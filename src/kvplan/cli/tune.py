@@ -16,6 +16,7 @@ import typer
 
 from ..errors import UsageError
 from . import plan_flags as pf
+from . import traffic_flags as tf
 
 T = TypeVar("T")
 
@@ -130,7 +131,21 @@ def tune_cmd(
     num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override", help="(base GPU/TP/utilization only)"),
     gpus_per_node: pf.GpusPerNode = 8,
     disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    # traffic (as `kvplan simulate`)
+    # traffic (as `kvplan simulate`): vllm bench serve's flags, offered to the whole deployment ...
+    request_rate: tf.RequestRate = None,
+    burstiness: tf.Burstiness = None,
+    max_concurrency: tf.MaxConcurrency = None,
+    num_prompts: tf.NumPrompts = None,
+    dataset_name: tf.DatasetName = None,
+    random_input_len: tf.RandomInputLen = None,
+    random_output_len: tf.RandomOutputLen = None,
+    random_range_ratio: tf.RandomRangeRatio = None,
+    random_prefix_len: tf.RandomPrefixLen = None,
+    sharegpt_output_len: tf.SharegptOutputLen = None,
+    ignore_eos: tf.IgnoreEos = None,
+    num_warmups: tf.NumWarmups = None,
+    from_bench_cmd: tf.FromBenchCmd = None,
+    # ... and kvplan's
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps, or --rate)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: count tokens with this tokenizer."),
@@ -138,8 +153,8 @@ def tune_cmd(
     duration: Optional[str] = typer.Option(None, "--duration", help="e.g. 60s, 5m"),
     input_len: Optional[str] = typer.Option(None, "--input-len", help="N, uniform:LO:HI, normal:MEAN:STD."),
     output_len: Optional[str] = typer.Option(None, "--output-len", help="Same syntax (the tokens each request generates)."),
-    arrival: str = typer.Option("poisson", "--arrival", help="constant, poisson or gamma:K."),
-    seed: int = typer.Option(0, "--seed"),
+    arrival: Optional[str] = typer.Option(None, "--arrival", help="constant, poisson or gamma:K [poisson]."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="[0]"),
     profile: Optional[str] = typer.Option(None, "--profile", help="A step-time profile from `kvplan calibrate`."),
     coverage: Optional[float] = typer.Option(None, "--coverage", help="max_model_len must hold this percentile of prompt + "
                                              "output (default: all requests; 99.9 with --requests)."),
@@ -174,6 +189,11 @@ def tune_cmd(
                             kv_cache_dtype=kv_cache_dtype, gpus=gpus, tp=tensor_parallel_size,
                             gpu=None if gpu_memory else gpu,
                             coverage=coverage if coverage is not None else (99.9 if requests else None))
+        flags = dict(locals())
+        if not model and from_bench_cmd:
+            from ..workload.bench_cmd import parse_bench_cmd
+
+            model = parse_bench_cmd(from_bench_cmd).model
         # The base is the first value of each list: the measured KV memory and a --profile describe it.
         base = pf.plan_request_from_flags(
             model=model, gpu=gpu_names[0] if gpu_names else gpu, gpu_memory=gpu_memory, device=device,
@@ -184,11 +204,8 @@ def tune_cmd(
             enforce_eager=enforce_eager, vllm_version=vllm_version, kv_cache_memory=kv_cache_memory,
             kv_cache_memory_bytes=kv_cache_memory_bytes, num_gpu_blocks_override=num_gpu_blocks_override,
             gpus_per_node=gpus_per_node, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
-        from ..sim.trace import trace_maker
-
-        trace = trace_maker(rate=rate, requests=requests, tokenizer=tokenizer, num_requests=num_requests,
-                            duration=duration, input_len=input_len, output_len=output_len, arrival=arrival,
-                            seed=seed)(rate)
+        make_trace, _ = tf.traffic_maker(flags=flags, model_spec=base.model, vllm_version=vllm_version)
+        trace = make_trace(rate)
         prof = None
         if profile:
             from ..sim import StepTimeProfile

@@ -42,5 +42,9 @@ def render_table(d: dict, console: Optional[Console] = None) -> None:
         for r in cap:
             t.add_row(*r)
         c.print(t)
+    from .sim_bench import bench_block
+
+    for line in bench_block(d):
+        c.print(Text(line), highlight=False)
     for note in d.get("notes") or ():
         c.print(Text(f"note: {note}", style="dim"))

@@ -45,7 +45,8 @@ class Engine(KVAccounting):
                  max_num_batched_tokens: int, max_model_len: int, profile, groups: Sequence[tuple] = (("full", 0, 0),),
                  enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
                  watermark: float = 0.0, async_scheduling: bool = True, timeline_interval_s: float = 1.0,
-                 max_steps: Optional[int] = None):
+                 max_steps: Optional[int] = None, max_concurrency: Optional[int] = None,
+                 warm_prefixes: Sequence[tuple] = ()):
         self.bs = block_size
         self.mns = max_num_seqs
         self.mnbt = max_num_batched_tokens
@@ -97,6 +98,17 @@ class Engine(KVAccounting):
         self.next_sample = 0.0
         self.kv_peak = 0.0
         self.max_waiting = 0
+        # Closed loop (vllm bench's --max-concurrency): a heap of the times at which a client slot
+        # is free. Request k is sent at max(its arrival, the earliest free slot), in index order
+        # (bench's asyncio.Semaphore wakes waiters first in, first out); a slot frees when the
+        # client has the whole response (engine end + the API server's latency) or the rejection.
+        self.slots: Optional[list] = [0.0] * max_concurrency if max_concurrency else None
+        self._due = [r.arrival for r in self.reqs] if max_concurrency else None
+        self._ovh = float(getattr(profile, "request_overhead_s", 0.0) or 0.0)
+        self.peak_in_flight = 0
+        self._in_flight = 0
+        if warm_prefixes and self.caching:
+            self._warm(warm_prefixes)
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> "Engine":
@@ -121,17 +133,28 @@ class Engine(KVAccounting):
         rejected_reasons: dict[str, int] = {}
         self.rejected_reasons = rejected_reasons
         never_fit = self._admission_blocks
+        slots = self.slots
         while True:
+            if slots is not None:
+                self._gate(nxt)  # a request that finished may have freed a client slot
             # arrivals the scheduler can see: with async scheduling the step starting now was
             # scheduled when the previous one started (EngineCore.step_with_batch_queue)
             vis = self._last_start if (self.async_sched and self._last_end == self.t) else self.t
             while nxt < n and reqs[nxt].arrival <= vis:
                 r = reqs[nxt]
                 nxt += 1
+                if slots is not None:
+                    heapq.heappop(slots)
+                    self._in_flight += 1
+                    if self._in_flight > self.peak_in_flight:
+                        self.peak_in_flight = self._in_flight
                 if r.P >= mml:  # input_processor._validate_prompt_len / get_max_tokens: HTTP 400
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["prompt_too_long"] = rejected_reasons.get("prompt_too_long", 0) + 1
+                    self._client_done(r.arrival)
+                    if slots is not None:
+                        self._gate(nxt)
                     continue
                 # get_max_tokens: max_tokens is clamped to max_model_len - prompt, never rejected
                 r.O = max(1, min(r.O, mml - r.P))
@@ -139,8 +162,13 @@ class Engine(KVAccounting):
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
+                    self._client_done(r.arrival)
+                    if slots is not None:
+                        self._gate(nxt)
                     continue
                 self.waiting.append(r)
+                if slots is not None:
+                    self._gate(nxt)
             if not self.running and not self.waiting:
                 if nxt >= n:
                     break
@@ -171,6 +199,9 @@ class Engine(KVAccounting):
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
+                    if slots is not None:
+                        self._client_done(self.t)
+                        self._gate(nxt)
                     continue
                 if not self.running and nxt < n:
                     self.t = max(self.t, reqs[nxt].arrival)
@@ -203,6 +234,50 @@ class Engine(KVAccounting):
         if not self.timeline or self.timeline[-1]["t"] < self.t:
             self._sample(self.t)
         return self
+
+    # -- the closed loop ----------------------------------------------------------------------
+    def _gate(self, nxt: int) -> None:
+        """Request ``nxt`` is sent when it is due and a client slot is free: its arrival becomes
+        that time (what the client measures TTFT and E2E from); with no free slot yet, never
+        (until a request in flight finishes and calls this again)."""
+        if nxt >= len(self.reqs):
+            return
+        r = self.reqs[nxt]
+        slots = self.slots
+        if slots:
+            due = self._due[nxt]
+            r.arrival = due if due >= slots[0] else slots[0]
+        else:
+            r.arrival = _INF
+
+    def _client_done(self, t: float) -> None:
+        if self.slots is not None:
+            heapq.heappush(self.slots, t)
+            self._in_flight -= 1
+
+    def _warm(self, warm_prefixes: Sequence[tuple]) -> None:
+        """Prefix-cache chains computed before t = 0 (vllm bench's test request): their blocks sit
+        cached at the tail of the free queue, as a finished request leaves them."""
+        from .kvpool import Chain
+
+        pool, bs = self.pool, self.bs
+        for pid, tokens, root_tokens in warm_prefixes:
+            blocks = int(tokens) // bs - int(root_tokens) // bs
+            if blocks <= 0 or pid in self.chains:
+                continue
+            blocks = min(blocks, pool.free)
+            if blocks <= 0:
+                break
+            # carve the blocks off the anonymous front run and put them back, cached, at the tail
+            front = pool.queue[0] if pool.queue else None
+            if front is None or front[0] is not None or front[2] - front[1] < blocks:
+                break
+            front[2] -= blocks
+            ch = self.chains[pid] = Chain()
+            run = [ch, 0, blocks]
+            pool.queue.append(run)
+            ch.runs.append(run)
+            ch.cached = blocks
 
     def _next_finish(self) -> float:
         fh, fa = self.finish_heap, self.finish_at
@@ -485,6 +560,7 @@ class Engine(KVAccounting):
             else:
                 still.append(p)
         self.pre = still
+        slots = self.slots
         for r in done:
             if r.status == DECODE:
                 r.nc = self.G + r.off  # tokens computed (the last sampled token has no KV yet)
@@ -492,6 +568,9 @@ class Engine(KVAccounting):
                 self._drop_decoder(r)
                 r.status = DONE
             r.t_end = t_end
+            if slots is not None:
+                heapq.heappush(slots, t_end + self._ovh)
+                self._in_flight -= 1
             if self.async_sched:
                 r.pending_free = True
                 self.pending.append(r)

@@ -89,6 +89,7 @@ class SimResult:
     per_request: Optional[tuple[Mapping[str, Any], ...]] = None
     samples: Mapping[str, Sequence[float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    bench: Mapping[str, Any] = field(default_factory=dict)  # vllm bench serve's figures (its result JSON keys)
 
     @property
     def passed(self) -> bool:
@@ -114,7 +115,7 @@ class SimResult:
              "engine": dict(self.engine), "saturation": dict(self.saturation),
              "timeline": [dict(t) for t in self.timeline], "first_token_order": list(self.first_token_order),
              "profile": dict(self.profile), "samples": {k: list(v) for k, v in self.samples.items()},
-             "notes": list(self.notes)}
+             "notes": list(self.notes), "bench": dict(self.bench)}
         if self.per_request is not None:
             d["per_request"] = [dict(r) for r in self.per_request]
         return d

@@ -82,8 +82,9 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
                     enable_prefix_caching=enable_prefix_caching,
                     long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                     async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
-                    max_steps=max_steps).run()
-    notes = []
+                    max_steps=max_steps, max_concurrency=getattr(trace, "max_concurrency", None),
+                    warm_prefixes=getattr(trace, "warm_prefixes", ()) if enable_prefix_caching else ()).run()
+    notes = list(getattr(trace, "notes", ()) or ())
     if dp > 1:
         notes.append(f"data_parallel_size {dp}: one engine (one replica) is simulated with the whole trace; "
                      "divide the rate by the replicas for per-replica traffic")
@@ -182,8 +183,11 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     def cap(xs):
         return [round(x, 6) for x in (xs if len(xs) <= SAMPLE_CAP else _random.Random(0).sample(xs, SAMPLE_CAP))]
 
+    from .bench_summary import bench_summary
+
     return SimResult(
         meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS},
+        bench=bench_summary(engine, trace, ovh),
         config=config, requests=requests, tokens=tokens, latency_s=latency, throughput=throughput,
         preemptions=engine.preemptions, rejected=engine.rejected,
         rejected_reasons=dict(engine.rejected_reasons),

@@ -30,6 +30,7 @@ class SimRequest:
     request_id: Optional[str] = None
     root_id: Optional[str] = None  # a prefix shared across prefix_ids (e.g. one system prompt for every
     root_tokens: int = 0  # conversation); prefix_tokens then count from the request's start, root included
+    client_prompt_tokens: Optional[int] = None  # the client's count when it differs (vllm bench's prompt_len)
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,27 @@ class Trace:
     requests: tuple[SimRequest, ...]  # sorted by arrival_s
     source: str
     skipped: tuple[tuple[str, int], ...] = ()  # records of a log that could not become requests
+    # closed loop (vllm bench's --max-concurrency): at most this many requests in flight; a request
+    # due at its arrival time is sent when one finishes (FIFO, as bench's asyncio.Semaphore)
+    max_concurrency: Optional[int] = None
+    # prompts in the prefix cache before t = 0 (vllm bench's test request and warm-ups send request
+    # 0's prompt first): (prefix_id, tokens)
+    warm_prefixes: tuple[tuple[str, int], ...] = ()
+    bench: Optional[dict] = None  # the vllm bench serve parameters this trace follows
+    notes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.requests)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "requests": len(self.requests), "skipped": dict(self.skipped)}
+        d = {"source": self.source, "requests": len(self.requests), "skipped": dict(self.skipped)}
+        if self.max_concurrency is not None:
+            d["max_concurrency"] = self.max_concurrency
+        if self.bench is not None:
+            d["bench"] = dict(self.bench)
+        if self.notes:
+            d["notes"] = list(self.notes)
+        return d
 
 
 def parse_arrival(text: str) -> tuple[str, float]:
@@ -105,20 +121,80 @@ def trace_from_requests(requests, source: str) -> Trace:
     return Trace(reqs, source)
 
 
+def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
+                rate: Optional[float] = None, warm_up: bool = True, notes: tuple = ()) -> Trace:
+    """The requests ``vllm bench serve`` sends for ``traffic`` (a
+    :class:`kvplan.workload.bench_traffic.BenchTraffic`), as vLLM ``version`` samples them; ``rate``
+    overrides ``--request-rate`` (a saturation search). The engine's prompt is the client's count
+    plus the ``num_special`` tokens the server adds (BOS). Request 0's prompt is cached before
+    t = 0: vLLM bench sends it once as its test request (and ``--num-warmups`` times more) before
+    the run starts."""
+    import dataclasses
+
+    from ..workload.bench_traffic import sample_bench
+    from ..workload.sharegpt import sample_pairs
+
+    t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
+    smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
+                       sharegpt_pairs=sample_pairs)
+    shared = num_special + smp.prefix_len if smp.prefix_len else 0
+    reqs = []
+    for i, (p, o, a) in enumerate(zip(smp.prompt_lens, smp.output_lens, smp.arrivals)):
+        server = p + num_special
+        kw = {}
+        if shared:
+            kw.update(root_id="bench-prefix", root_tokens=shared)
+        if i == 0 and warm_up:
+            kw.update(prefix_id="bench-warm-up", prefix_tokens=server)
+        reqs.append(SimRequest(a, server, o, client_prompt_tokens=p, **kw))
+    warm: tuple = ()
+    if warm_up and reqs:
+        warm = ((("bench-prefix", shared, 0),) if shared else ()) + (("bench-warm-up", reqs[0].prompt_tokens, shared),)
+    bench = {"request_rate": "inf" if math.isinf(t.request_rate) else t.request_rate, "burstiness": t.burstiness,
+             "max_concurrency": t.max_concurrency, "num_prompts": t.num_prompts, "seed": t.seed,
+             "dataset_name": t.dataset_name, "ignore_eos": t.ignore_eos, "num_special_tokens": num_special,
+             "sampling": smp.rule, "exact_draws": smp.exact, "warm_up_cached": bool(warm)}
+    if t.dataset_name == "random":
+        bench.update(random_input_len=t.random_input_len, random_output_len=t.random_output_len,
+                     random_range_ratio=t.random_range_ratio, random_prefix_len=t.random_prefix_len)
+    elif t.sharegpt_output_len is not None:
+        bench["sharegpt_output_len"] = t.sharegpt_output_len
+    return Trace(tuple(reqs), t.describe(), max_concurrency=t.max_concurrency, warm_prefixes=warm, bench=bench,
+                 notes=tuple(notes) + tuple(t.notes))
+
+
 def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokenizer: Optional[str] = None,
                 num_requests: Optional[int] = None, duration: Optional[str] = None,
                 input_len: Optional[str] = None, output_len: Optional[str] = None, arrival: str = "poisson",
-                seed: int = 0) -> Callable[[Optional[float]], Trace]:
+                seed: int = 0, bench=None, max_concurrency: Optional[int] = None,
+                version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
+                notes: tuple = ()) -> Callable[[Optional[float]], Trace]:
     """The traffic flags of ``kvplan simulate`` / ``kvplan tune`` -> ``make_trace(rate)``: a request
-    log replayed (its timestamps unless a rate is given), else synthetic arrivals at the rate
-    (1,000 requests unless --num-requests or --duration; prompts 1024 and outputs 256 tokens unless
-    given). Every flag is checked here, before anything is simulated; the same function builds the
-    trace at each rate of a saturation search, with the same seed."""
+    log replayed (its timestamps unless a rate is given), ``vllm bench serve``'s traffic (``bench``,
+    a :class:`BenchTraffic`), else synthetic arrivals at the rate (1,000 requests unless
+    --num-requests or --duration; prompts 1024 and outputs 256 tokens unless given).
+    ``max_concurrency`` closes the loop for any of them. Every flag is checked here, before
+    anything is simulated; the same function builds the trace at each rate of a saturation search,
+    with the same seed."""
+    import dataclasses
+
     from ..slo import parse_seconds
     from ..workload.lengthdist import parse_length
 
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
+    if bench is not None:
+        bench.validate()
+
+        def make_bench(r: Optional[float]) -> Trace:
+            return bench_trace(bench, version=version, num_special=num_special, vocab_size=vocab_size, rate=r,
+                               notes=notes)
+
+        make_bench(None)  # every flag checked now
+        return make_bench
     if rate is None and not requests:
-        raise UsageError("give --rate R (synthetic traffic) or --requests LOG (replay)")
+        raise UsageError("give --rate R (synthetic traffic), --request-rate / --num-prompts / --dataset-name "
+                         "(vllm bench serve's traffic) or --requests LOG (replay)")
     if rate is not None and not rate > 0:
         raise UsageError(f"--rate must be positive, got {rate}")
     if num_requests is not None and num_requests < 1:
@@ -132,9 +208,13 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
         if requests:
             from .logtrace import trace_from_log
 
-            return trace_from_log([requests], tokenizer=tokenizer, rate=r, arrival=arrival, seed=seed,
-                                  num_requests=num_requests)
-        return synthetic_trace(r, num_requests=n, duration_s=dur, input_len=in_dist, output_len=out_dist,
-                               arrival=arrival, seed=seed)
+            tr = trace_from_log([requests], tokenizer=tokenizer, rate=r, arrival=arrival, seed=seed,
+                                num_requests=num_requests)
+        else:
+            tr = synthetic_trace(r, num_requests=n, duration_s=dur, input_len=in_dist, output_len=out_dist,
+                                 arrival=arrival, seed=seed)
+        if max_concurrency is not None or notes:
+            tr = dataclasses.replace(tr, max_concurrency=max_concurrency, notes=tuple(tr.notes) + tuple(notes))
+        return tr
 
     return make_trace

@@ -250,8 +250,15 @@ def split_round_robin(trace: "Trace", shares: int) -> list["Trace"]:
 
     if shares <= 1:
         return [trace]
-    return [dc_replace(trace, requests=trace.requests[k::shares],
-                       source=f"{trace.source} (replica {k + 1}/{shares}, round-robin)") for k in range(shares)]
+    mc = getattr(trace, "max_concurrency", None)
+    out = []
+    for k in range(shares):
+        kw = {}
+        if mc is not None:  # the client's slots spread over the replicas as its requests are
+            kw["max_concurrency"] = max(1, mc // shares + (1 if k < mc % shares else 0))
+        out.append(dc_replace(trace, requests=trace.requests[k::shares],
+                              source=f"{trace.source} (replica {k + 1}/{shares}, round-robin)", **kw))
+    return out
 
 
 def describe_gpus(cands: Sequence[Candidate]) -> str:

@@ -1,0 +1,145 @@
+"""The figures ``vllm bench serve`` prints at the end of a run, from a simulated one, with the keys of
+its saved result JSON (``serve.py``'s ``calculate_metrics`` / ``benchmark``, 0.10 … 0.33):
+
+- ``duration``: from the benchmark's start (t = 0, before the first send) until every request has
+  returned (the last response, or the last rejection).
+- ``completed``, ``failed``; ``total_input_tokens`` (the client's ``prompt_len`` per completed
+  request), ``total_output_tokens``; ``request_throughput``, ``output_throughput``,
+  ``total_token_throughput`` = those over ``duration``.
+- TTFT, E2EL per request from its send time (the API server's latency included); TPOT per request
+  with more than one output token = (E2EL - TTFT) / (output tokens - 1), the first token excluded;
+  ITL = every gap between consecutive tokens. ``mean_*``, ``median_*``, ``std_*`` (numpy's
+  population std) and ``p99_*`` (numpy's linear percentile), in milliseconds.
+- ``max_concurrent_requests`` ("Peak concurrent requests", 0.11.1+): the most requests active in one
+  whole second, counting seconds ``int(start - first start)`` … ``int(end - first start)`` of each
+  request as vLLM does (so it can exceed the instantaneous peak by the requests that end and start
+  within the same second).
+- ``max_output_tokens_per_s`` ("Peak output token throughput"): the most tokens in one second. The
+  simulator keeps each request's first and last token times, not every token's: the tokens in
+  between are spread evenly (an approximation; the peak second is usually a steady decode second).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..quantiles import percentile
+
+
+def _stats(xs: list, name: str, out: dict) -> None:
+    s = sorted(xs)
+    n = len(s)
+    mean = math.fsum(s) / n if n else 0.0
+    var = math.fsum((x - mean) ** 2 for x in s) / n if n else 0.0
+    out[f"mean_{name}_ms"] = _ms(mean)
+    out[f"median_{name}_ms"] = _ms(percentile(s, 50.0) or 0.0)
+    out[f"std_{name}_ms"] = _ms(math.sqrt(var))
+    out[f"p99_{name}_ms"] = _ms(percentile(s, 99.0) or 0.0)
+
+
+def _weighted_stats(pairs: list, name: str, out: dict) -> None:
+    from .result import summarize_weighted
+
+    summ = summarize_weighted(pairs)
+    n = summ["count"]
+    if not n:
+        for k in ("mean", "median", "std", "p99"):
+            out[f"{k}_{name}_ms"] = 0.0
+        return
+    mean = summ["mean"]
+    var = math.fsum(c * (v - mean) ** 2 for v, c in pairs) / n
+    # the median: summarize_weighted's p50
+    out[f"mean_{name}_ms"] = _ms(mean)
+    out[f"median_{name}_ms"] = _ms(summ["p50"])
+    out[f"std_{name}_ms"] = _ms(math.sqrt(var))
+    out[f"p99_{name}_ms"] = _ms(summ["p99"])
+
+
+def _ms(x: Optional[float]) -> float:
+    return round((x or 0.0) * 1000.0, 4)
+
+
+def bench_summary(engine, trace, overhead_s: float) -> dict:
+    """The ``vllm bench serve`` result of a simulated run (keys as its result JSON)."""
+    from .engine_kv import DONE
+
+    reqs = engine.reqs
+    client = [getattr(r, "client_prompt_tokens", None) for r in trace.requests]
+    done = [r for r in reqs if r.status == DONE]
+    ends = [r.t_end + overhead_s for r in done]
+    failed_at = [r.arrival for r in reqs if r.status != DONE and math.isfinite(r.arrival)]
+    duration = max(ends + failed_at, default=0.0)
+    total_in = sum((client[r.i] if client[r.i] is not None else r.P) for r in done)
+    total_out = sum(r.out for r in done)
+    out: dict = {"duration": round(duration, 6), "completed": len(done), "failed": len(reqs) - len(done),
+                 "total_input_tokens": total_in, "total_output_tokens": total_out}
+    if trace.bench is not None:
+        out["request_rate"] = trace.bench.get("request_rate")
+        out["burstiness"] = trace.bench.get("burstiness")
+    out["max_concurrency"] = trace.max_concurrency
+    d = duration if duration > 0 else math.nan
+    out["request_throughput"] = _rate(len(done), d)
+    out["output_throughput"] = _rate(total_out, d)
+    out["total_token_throughput"] = _rate(total_in + total_out, d)
+    ttft = [r.t_first - r.arrival + overhead_s for r in done]
+    e2e = [r.t_end - r.arrival + overhead_s for r in done]
+    tpot = [(r.t_end - r.t_first) / (r.out - 1) for r in done if r.out > 1]
+    _stats(ttft, "ttft", out)
+    _stats(tpot, "tpot", out)
+    _weighted_stats(list(engine.itl_w) + [(x, 1) for x in engine.itl_x], "itl", out)
+    _stats(e2e, "e2el", out)
+    peak_req, peak_tok = _peaks(done, overhead_s)
+    out["max_concurrent_requests"] = peak_req
+    out["max_output_tokens_per_s"] = peak_tok
+    return out
+
+
+def _rate(x: float, d: float) -> Optional[float]:
+    return round(x / d, 6) if d == d and d > 0 else None
+
+
+def _peaks(done: list, overhead_s: float) -> tuple[int, float]:
+    """vLLM's per-second buckets of active requests and of output tokens."""
+    if not done:
+        return 0, 0.0
+    t0 = min(r.arrival for r in done)
+    last = max(r.t_end + overhead_s for r in done)
+    nb = int(math.ceil(last - t0)) + 1
+    active = [0] * (nb + 1)
+    tokens = [0.0] * (nb + 1)
+    for r in done:
+        a = int(r.arrival - t0)
+        b = int(r.t_end + overhead_s - t0)
+        active[a] += 1
+        active[min(b + 1, nb)] -= 1
+        first = r.t_first + overhead_s - t0
+        end = r.t_end + overhead_s - t0
+        k = r.out
+        if k <= 0:
+            continue
+        fb = int(first)
+        if 0 <= fb < nb:
+            tokens[fb] += 1
+        if k > 1:
+            gap = (end - first) / (k - 1)
+            if gap <= 0:
+                tokens[min(fb, nb - 1)] += k - 1
+                continue
+            # tokens at first + j*gap, j = 1..k-1: count per bucket by the bucket edges
+            j = 1
+            while j <= k - 1:
+                t = first + j * gap
+                bkt = int(t)
+                # last j whose time stays in this bucket
+                j_hi = min(k - 1, int(((bkt + 1) - first) / gap - 1e-12))
+                if j_hi < j:
+                    j_hi = j
+                if 0 <= bkt < nb:
+                    tokens[bkt] += j_hi - j + 1
+                j = j_hi + 1
+    peak, run = 0, 0
+    for v in active[:nb]:
+        run += v
+        if run > peak:
+            peak = run
+    return peak, float(max(tokens[:nb], default=0.0))

@@ -1,0 +1,251 @@
+"""Traffic as ``vllm bench serve`` makes it: the request lengths of its ``random`` and ``sharegpt``
+datasets and its arrival times, drawn as each vLLM version draws them.
+
+Read from the published wheels (``vllm/benchmarks/serve.py`` and ``datasets.py``; the repo script
+``benchmarks/benchmark_serving.py`` of the same release samples the same way):
+
+- Arrivals (``get_request``, every version read, 0.10.0 … 0.33): ``--request-rate inf`` (the
+  default) sends every request at t = 0. Otherwise request i waits a gap drawn from
+  ``np.random.gamma(shape=burstiness, scale=1 / (rate · burstiness))`` (burstiness 1 = Poisson;
+  ``inf`` = constant gaps of 1 / rate, 0.11.1+), the gaps are summed, and the sums are rescaled so
+  that the last request goes out at exactly ``num_prompts / rate``. The draws come from numpy's
+  global legacy generator, seeded with ``--seed`` in ``main``.
+- ``random`` dataset, **0.10.1 and older**: ``np.random.seed(seed)`` again in the dataset; then, from
+  that one global stream, the prefix tokens (``randint(0, vocab, prefix_len)`` when > 0), the input
+  lengths ``randint(int(L·(1-r)), int(L·(1+r)) + 1, n)`` with ``L = random_input_len - num_special``,
+  the output lengths likewise from ``random_output_len``, and one token offset per request
+  (``randint(0, vocab, n)``). The arrival gaps are drawn after these, from the same stream: with a
+  finite rate the arrival times depend on the vocabulary size (the tokenizer's ``vocab_size``).
+- ``random`` dataset, **0.10.2 and newer**: a private ``np.random.default_rng(seed)``; bounds
+  ``floor(L·(1-r))`` … ``ceil(L·(1+r))`` (outputs at least 1); input lengths, output lengths and
+  offsets drawn in that order (the prefix after them). The arrivals then come from the global
+  stream alone.
+- Prompt tokens: vLLM bench builds each prompt from ``prefix_len + input_len`` token ids, decodes
+  and re-encodes it (truncating to that count), and reports that count (``prompt_len``, "Total
+  input tokens"). The server adds the tokenizer's special tokens (BOS) again when it tokenizes the
+  completion prompt: the engine computes ``prompt_len + num_special`` tokens. Re-encoding can come
+  out a few tokens short (and 0.11.1+ pads it back with random tokens); that depends on the
+  tokenizer's merges and is not modelled: kvplan takes the sampled count.
+- Outputs: ``max_tokens`` = the sampled output length. With random token ids a model very rarely
+  emits EOS, so with or without ``--ignore-eos`` the outputs run to ``max_tokens`` here (a run
+  whose model does stop early produces fewer tokens than simulated).
+
+numpy is used when it is installed (it is wherever vLLM or transformers is), which makes the draws
+identical to vLLM's for the same seed. Without numpy the same distributions are drawn with
+Python's generator: the same lengths and arrival law, not the same draws.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import UsageError
+
+DATASETS = ("random", "sharegpt")
+#: vLLM bench's defaults (datasets.py / serve.py, unchanged 0.10 … 0.33)
+DEFAULT_NUM_PROMPTS = 1000
+DEFAULT_RANDOM_INPUT_LEN = 1024
+DEFAULT_RANDOM_OUTPUT_LEN = 128
+
+
+@dataclass(frozen=True)
+class BenchTraffic:
+    """The traffic flags of one ``vllm bench serve`` run (vLLM's names and defaults)."""
+
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: Optional[int] = None
+    num_prompts: int = DEFAULT_NUM_PROMPTS
+    seed: int = 0
+    dataset_name: str = "random"
+    random_input_len: int = DEFAULT_RANDOM_INPUT_LEN
+    random_output_len: int = DEFAULT_RANDOM_OUTPUT_LEN
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    sharegpt_output_len: Optional[int] = None
+    ignore_eos: bool = False
+    num_warmups: int = 0
+    endpoint: str = "/v1/completions"
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def validate(self) -> "BenchTraffic":
+        if not (self.request_rate > 0):
+            raise UsageError(f"--request-rate must be positive or inf, got {self.request_rate}")
+        if not (self.burstiness > 0):
+            raise UsageError(f"--burstiness must be positive, got {self.burstiness}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UsageError(f"--max-concurrency must be at least 1, got {self.max_concurrency}")
+        if self.num_prompts < 1:
+            raise UsageError(f"--num-prompts must be at least 1, got {self.num_prompts}")
+        if self.dataset_name not in DATASETS:
+            raise UsageError(f"--dataset-name {self.dataset_name!r} is not supported (kvplan models "
+                             f"{' and '.join(DATASETS)})")
+        if not 0.0 <= self.random_range_ratio < 1.0:
+            raise UsageError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
+        for name in ("random_input_len", "random_output_len", "random_prefix_len"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must not be negative")
+        if self.sharegpt_output_len is not None and self.sharegpt_output_len < 1:
+            raise UsageError("--sharegpt-output-len must be at least 1")
+        return self
+
+    def describe(self) -> str:
+        rate = "inf" if math.isinf(self.request_rate) else f"{self.request_rate:g}"
+        parts = [f"vllm bench serve: {self.num_prompts} prompts, request rate {rate}"]
+        if not math.isinf(self.request_rate) and self.burstiness != 1.0:
+            parts.append(f"burstiness {self.burstiness:g}")
+        if self.max_concurrency is not None:
+            parts.append(f"max concurrency {self.max_concurrency}")
+        if self.dataset_name == "random":
+            ds = f"random {self.random_input_len}/{self.random_output_len}"
+            if self.random_range_ratio:
+                ds += f" ±{self.random_range_ratio:g}"
+            if self.random_prefix_len:
+                ds += f" + {self.random_prefix_len} shared prefix"
+        else:
+            ds = "sharegpt (kvplan's length model, an approximation)"
+            if self.sharegpt_output_len:
+                ds += f", outputs {self.sharegpt_output_len}"
+        parts.append(ds)
+        parts.append(f"seed {self.seed}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class BenchSample:
+    """The sampled run: per request, the client's prompt count (vLLM bench's ``prompt_len``), the
+    output budget (``max_tokens``) and the send time (s after the benchmark starts)."""
+
+    prompt_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    arrivals: tuple[float, ...]
+    prefix_len: int  # leading prompt tokens shared by every request (--random-prefix-len)
+    exact: bool  # drawn with numpy exactly as vLLM draws them
+    rule: str  # which version's rule was followed
+
+
+def _numpy():
+    try:
+        import numpy
+
+        return numpy
+    except ImportError:  # pragma: no cover - numpy is there wherever vLLM or transformers is
+        return None
+
+
+def legacy_random_rule(version: tuple[int, ...]) -> bool:
+    """The random dataset drew from numpy's global generator with int() bounds up to 0.10.1.x."""
+    return tuple(version) < (0, 10, 2)
+
+
+def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int, vocab_size: int,
+                 sharegpt_pairs=None) -> BenchSample:
+    """Draw the run vLLM ``version``'s bench would send. ``num_special`` is the tokenizer's
+    ``num_special_tokens_to_add()`` and ``vocab_size`` its ``vocab_size`` (the random dataset's
+    offsets, whose draws shift the arrival stream before 0.10.2). ``sharegpt_pairs(n, seed)``
+    supplies (prompt, output) lengths for the sharegpt dataset."""
+    t.validate()
+    np = _numpy()
+    n = t.num_prompts
+    legacy = legacy_random_rule(version)
+    glob = np.random.RandomState(t.seed) if np is not None else None  # np.random.seed(args.seed)
+    py = random.Random(t.seed)
+    prefix = 0
+    if t.dataset_name == "random":
+        real = max(0, t.random_input_len - num_special)
+        r = t.random_range_ratio
+        if legacy:
+            lo_i, hi_i = int(real * (1 - r)), int(real * (1 + r))
+            lo_o, hi_o = int(t.random_output_len * (1 - r)), int(t.random_output_len * (1 + r))
+        else:
+            lo_i, hi_i = math.floor(real * (1 - r)), math.ceil(real * (1 + r))
+            lo_o = max(math.floor(t.random_output_len * (1 - r)), 1)
+            hi_o = max(math.ceil(t.random_output_len * (1 + r)), 1)
+        if t.random_prefix_len + lo_i < 1:
+            raise UsageError(f"--random-input-len {t.random_input_len} is too small: with {num_special} special "
+                             f"token(s) and --random-range-ratio {r:g} a prompt could have no tokens")
+        prefix = t.random_prefix_len
+        if np is not None:
+            if legacy:
+                glob = np.random.RandomState(t.seed)  # RandomDataset.__init__ seeds the global stream again
+                if prefix > 0:
+                    glob.randint(0, vocab_size, size=prefix)
+                ins = glob.randint(lo_i, hi_i + 1, size=n)
+                outs = glob.randint(lo_o, hi_o + 1, size=n)
+                glob.randint(0, vocab_size, size=n)  # the offsets: they move the stream the arrivals use
+            else:
+                rng = np.random.default_rng(t.seed)
+                ins = rng.integers(lo_i, hi_i + 1, size=n)
+                outs = rng.integers(lo_o, hi_o + 1, size=n)
+            ins = [int(x) for x in ins]
+            outs = [int(x) for x in outs]
+        else:
+            ins = [py.randint(lo_i, hi_i) for _ in range(n)]
+            outs = [py.randint(lo_o, hi_o) for _ in range(n)]
+        prompts = [prefix + x for x in ins]
+    else:
+        if sharegpt_pairs is None:
+            raise UsageError("the sharegpt dataset needs its length model")
+        pairs = sharegpt_pairs(n, t.seed, t.sharegpt_output_len)
+        prompts = [p for p, _ in pairs]
+        outs = [o for _, o in pairs]
+    arrivals = arrival_offsets(n, t.request_rate, t.burstiness, glob if glob is not None else py)
+    rule = ("vLLM <= 0.10.1: numpy's global generator, int() bounds" if legacy and t.dataset_name == "random"
+            else "vLLM >= 0.10.2: numpy default_rng(seed) for lengths, global generator for arrivals")
+    if t.dataset_name == "sharegpt":
+        rule = "kvplan's ShareGPT length model (approximation); arrivals as vLLM draws them"
+    return BenchSample(tuple(prompts), tuple(outs), tuple(arrivals), prefix, exact=np is not None, rule=rule)
+
+
+def arrival_offsets(n: int, rate: float, burstiness: float, gen) -> list[float]:
+    """``get_request``'s send times: gamma gaps (one draw per request, in order), summed, then
+    rescaled so the last is ``n / rate``. ``gen`` is a numpy RandomState (exact) or a
+    ``random.Random`` (the same law)."""
+    if math.isinf(rate):
+        return [0.0] * n
+    delays: list[float] = []
+    for _ in range(n):
+        if math.isinf(burstiness):
+            delays.append(1.0 / rate)
+        elif isinstance(gen, random.Random):
+            delays.append(gen.gammavariate(burstiness, 1.0 / (rate * burstiness)))
+        else:
+            delays.append(float(gen.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))))
+    for i in range(1, n):
+        delays[i] += delays[i - 1]
+    if delays and delays[-1] != 0:
+        factor = (n / rate) / delays[-1]
+        delays = [d * factor for d in delays]
+    return delays
+
+
+#: tokenizer families whose ``num_special_tokens_to_add()`` is 0 (no BOS on encode); the others
+#: (Llama, Mistral, DeepSeek, GLM, Gemma, ...) add one BOS. Used only without --tokenizer.
+_NO_BOS_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "gpt_oss", "gpt2", "qwen2_vl",
+                       "qwen2_5_vl", "minimax_m2", "minimax", "seed_oss")
+
+
+def special_tokens_for(model_type: str) -> int:
+    return 0 if (model_type or "").lower() in _NO_BOS_MODEL_TYPES else 1
+
+
+def tokenizer_facts(path: str) -> tuple[int, int]:
+    """(num_special_tokens_to_add, vocab_size) of a tokenizer.json (or a folder with one), as a
+    Hugging Face fast tokenizer reports them (vocab without added tokens)."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    f = p / "tokenizer.json" if p.is_dir() else p
+    if not f.is_file():
+        raise UsageError(f"--tokenizer {path}: no tokenizer.json there")
+    try:
+        tok = Tokenizer.from_file(str(f))
+    except Exception as exc:  # tokenizers raises plain Exceptions
+        raise UsageError(f"--tokenizer {f}: cannot read it: {exc}") from None
+    plain = len(tok.encode("hello", add_special_tokens=False).ids)
+    special = len(tok.encode("hello", add_special_tokens=True).ids) - plain
+    return max(0, special), tok.get_vocab_size(with_added_tokens=False)
