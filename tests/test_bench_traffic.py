@@ -1,0 +1,302 @@
+"""vllm bench serve's traffic in kvplan simulate: sampling as vLLM's code samples it, the closed
+loop (--max-concurrency), the pasted commands (--from-bench-cmd / --from-serve-cmd) and the
+summary figures."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvplan.errors import UsageError
+from kvplan.sim.engine import DONE, Engine
+from kvplan.sim.steptime import StepTimeProfile
+from kvplan.sim.trace import SimRequest, bench_trace
+from kvplan.workload.bench_cmd import parse_bench_cmd, parse_serve_cmd
+from kvplan.workload.bench_traffic import BenchTraffic, sample_bench
+
+np = pytest.importorskip("numpy")
+
+FLAT = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0,
+                       per_token_s=0.0, per_attn_pair_s=0.0)
+DEV_CASES = Path("/work/shared/perf/dev_cases.json")
+
+
+# -- vLLM's own sampling code, transcribed (vllm/benchmarks/datasets.py, serve.py) ------------------
+def vllm_0_10_1_random(seed, n, input_len, output_len, r, prefix_len, vocab, num_special):
+    """RandomDataset.sample + get_request of vLLM 0.10.1.1 (one global numpy stream)."""
+    np.random.seed(seed)  # main_async
+    np.random.seed(seed)  # RandomDataset.__init__
+    real = input_len - num_special
+    if prefix_len > 0:
+        np.random.randint(0, vocab, size=prefix_len)
+    il, ih = int(real * (1 - r)), int(real * (1 + r))
+    ol, oh = int(output_len * (1 - r)), int(output_len * (1 + r))
+    ins = np.random.randint(il, ih + 1, size=n)
+    outs = np.random.randint(ol, oh + 1, size=n)
+    np.random.randint(0, vocab, size=n)
+    return [prefix_len + int(x) for x in ins], [int(x) for x in outs]
+
+
+def vllm_get_request_delays(n, rate, burstiness):
+    """serve.py get_request (0.10 ... 0.33): gamma gaps from the global stream, cumsum, rescale."""
+    delay_ts = []
+    for _ in range(n):
+        if rate == float("inf"):
+            delay_ts.append(0)
+        else:
+            theta = 1.0 / (rate * burstiness)
+            delay_ts.append(np.random.gamma(shape=burstiness, scale=theta))
+    for i in range(1, len(delay_ts)):
+        delay_ts[i] += delay_ts[i - 1]
+    if delay_ts[-1] != 0:
+        f = (n / rate) / delay_ts[-1]
+        delay_ts = [d * f for d in delay_ts]
+    return [float(d) for d in delay_ts]
+
+
+def vllm_0_12_random(seed, n, input_len, output_len, r, vocab, num_special):
+    rng = np.random.default_rng(seed)
+    real = max(0, int(input_len) - num_special)
+    il, ih = math.floor(real * (1 - r)), math.ceil(real * (1 + r))
+    ol, oh = max(math.floor(output_len * (1 - r)), 1), max(math.ceil(output_len * (1 + r)), 1)
+    ins = rng.integers(il, ih + 1, size=n)
+    outs = rng.integers(ol, oh + 1, size=n)
+    rng.integers(0, vocab, size=n)
+    return [int(x) for x in ins], [int(x) for x in outs]
+
+
+@pytest.mark.parametrize("prefix", [0, 37])
+def test_random_dataset_and_arrivals_match_vllm_0_10_1_draw_for_draw(prefix):
+    t = BenchTraffic(request_rate=7.5, burstiness=0.6, num_prompts=300, seed=42, random_input_len=800,
+                     random_output_len=120, random_range_ratio=0.25, random_prefix_len=prefix)
+    s = sample_bench(t, version=(0, 10, 1, 1), num_special=1, vocab_size=151643)
+    ins, outs = vllm_0_10_1_random(42, 300, 800, 120, 0.25, prefix, 151643, 1)
+    delays = vllm_get_request_delays(300, 7.5, 0.6)  # continues the same global stream
+    assert list(s.prompt_lens) == ins and list(s.output_lens) == outs
+    assert list(s.arrivals) == delays
+    assert s.arrivals[-1] == pytest.approx(300 / 7.5)
+    assert s.exact
+
+
+def test_random_dataset_and_arrivals_match_vllm_0_12_draw_for_draw():
+    t = BenchTraffic(request_rate=3.0, burstiness=2.0, num_prompts=250, seed=7, random_input_len=1000,
+                     random_output_len=64, random_range_ratio=0.5)
+    s = sample_bench(t, version=(0, 12, 0), num_special=0, vocab_size=128000)
+    ins, outs = vllm_0_12_random(7, 250, 1000, 64, 0.5, 128000, 0)
+    np.random.seed(7)  # main_async; the dataset has its own generator from 0.10.2
+    delays = vllm_get_request_delays(250, 3.0, 2.0)
+    assert list(s.prompt_lens) == ins and list(s.output_lens) == outs
+    assert list(s.arrivals) == delays
+
+
+def test_bounds_changed_in_0_10_2_int_then_floor_ceil():
+    # L = 1023 (one BOS), r = 0.15: int() gives [869, 1176], floor/ceil [869, 1177]
+    t = BenchTraffic(num_prompts=20000, random_input_len=1024, random_range_ratio=0.15, seed=1)
+    old = sample_bench(t, version=(0, 10, 1), num_special=1, vocab_size=32000).prompt_lens
+    new = sample_bench(t, version=(0, 11, 0), num_special=1, vocab_size=32000).prompt_lens
+    assert (min(old), max(old)) == (869, 1176)
+    assert (min(new), max(new)) == (869, 1177)
+
+
+def test_rate_inf_sends_everything_at_zero_and_burstiness_inf_is_constant():
+    s = sample_bench(BenchTraffic(num_prompts=5), version=(0, 33), num_special=0, vocab_size=10)
+    assert s.arrivals == (0.0,) * 5
+    s = sample_bench(BenchTraffic(num_prompts=4, request_rate=2.0, burstiness=math.inf), version=(0, 33),
+                     num_special=0, vocab_size=10)
+    assert s.arrivals == pytest.approx((0.5, 1.0, 1.5, 2.0))
+
+
+def test_gamma_gaps_have_vllm_s_mean_and_shape():
+    s = sample_bench(BenchTraffic(num_prompts=20000, request_rate=10.0, burstiness=0.5, seed=3), version=(0, 33),
+                     num_special=0, vocab_size=10)
+    gaps = [b - a for a, b in zip(s.arrivals, s.arrivals[1:])]
+    mean = sum(gaps) / len(gaps)
+    cv2 = sum((g - mean) ** 2 for g in gaps) / len(gaps) / mean ** 2
+    assert mean == pytest.approx(0.1, rel=0.02)
+    assert cv2 == pytest.approx(1 / 0.5, rel=0.1)  # gamma: CV^2 = 1 / shape
+
+
+def test_server_prompt_adds_the_special_tokens_and_request_0_is_warm():
+    t = BenchTraffic(num_prompts=3, random_input_len=100, random_output_len=5)
+    tr = bench_trace(t, version=(0, 33), num_special=1, vocab_size=1000)
+    r0 = tr.requests[0]
+    assert r0.client_prompt_tokens == 99 and r0.prompt_tokens == 100
+    assert tr.warm_prefixes == (("bench-warm-up", 100, 0),) and r0.prefix_id == "bench-warm-up"
+    e = Engine(requests=tr.requests, num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+               max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
+               warm_prefixes=tr.warm_prefixes).run()
+    assert e.reqs[0].hit_tokens == 96 and e.reqs[1].hit_tokens == 0  # full blocks, never the last token
+    assert e.pool.check() is None
+
+
+# -- the closed loop -------------------------------------------------------------------------------
+def _run(reqs, n, **kw):
+    args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=256, max_num_batched_tokens=2048,
+                max_model_len=4096, profile=FLAT, async_scheduling=False, max_concurrency=n)
+    args.update(kw)
+    e = Engine(requests=reqs, **args).run()
+    assert e.pool.check() is None
+    return e
+
+
+def test_closed_loop_hand_worked():
+    # 3 requests due at 0, 10-token prompts, 3 outputs, 10 ms per step, one slot: each starts when
+    # the previous returns (prefill step -> first token, two decode steps -> done)
+    e = _run([SimRequest(0.0, 10, 3) for _ in range(3)], 1)
+    assert [r.arrival for r in e.reqs] == pytest.approx([0.0, 0.03, 0.06])
+    assert [r.t_first for r in e.reqs] == pytest.approx([0.01, 0.04, 0.07])
+    assert [r.t_end for r in e.reqs] == pytest.approx([0.03, 0.06, 0.09])
+    # two slots: 0 and 1 together, 2 when the first returns
+    e = _run([SimRequest(0.0, 10, 3) for _ in range(3)], 2)
+    assert [r.arrival for r in e.reqs] == pytest.approx([0.0, 0.0, 0.03])
+    assert e.peak_in_flight == 2
+
+
+def test_closed_loop_rate_still_paces_sends():
+    # due at 0, 0.5, 1.0 with one slot: a request that returns early does not pull the next forward
+    e = _run([SimRequest(t, 10, 3) for t in (0.0, 0.5, 1.0)], 1)
+    assert [r.arrival for r in e.reqs] == pytest.approx([0.0, 0.5, 1.0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 2), st.integers(1, 300), st.integers(1, 40)), min_size=1, max_size=40),
+       st.integers(1, 6), st.booleans(), st.integers(20, 200))
+def test_closed_loop_never_exceeds_n(items, n, async_sched, blocks):
+    reqs = [SimRequest(a, p, o) for a, p, o in sorted(items)]
+    prof = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0,
+                           per_token_s=0.0, per_attn_pair_s=0.0, request_overhead_s=0.004)
+    e = _run(reqs, n, async_scheduling=async_sched, num_gpu_blocks=blocks, profile=prof)
+    assert e.peak_in_flight <= n
+    # client view: in flight from its send to its end + the API latency (rejections: at once)
+    events = []
+    for r in e.reqs:
+        end = r.t_end + 0.004 if r.status == DONE else r.arrival
+        events += [(r.arrival, 1), (end, -1)]
+    live = 0
+    for _, d in sorted(events, key=lambda x: (x[0], x[1])):
+        live += d
+        assert live <= n
+    sends = [r.arrival for r in e.reqs]
+    assert all(s >= due for s, (due, _, _) in zip(sends, sorted(items)))
+    assert sends == sorted(sends)
+
+
+# -- pasted commands --------------------------------------------------------------------------------
+def _dev_cases():
+    if not DEV_CASES.is_file():
+        return []
+    return [c for c in json.loads(DEV_CASES.read_text()) if (c.get("benchmark") or {}).get("command")]
+
+
+@pytest.mark.skipif(not DEV_CASES.is_file(), reason="the shared dev set is not on this machine")
+def test_every_dev_case_bench_command_parses():
+    cases = _dev_cases()
+    assert cases
+    for c in cases:
+        b = c["benchmark"]
+        pb = parse_bench_cmd(b["command"])
+        tr = pb.traffic
+        assert tr.get("num_prompts") == b["num_prompts"], c["id"]
+        if isinstance(b.get("input_len"), int):
+            assert tr.get("random_input_len") == b["input_len"], c["id"]
+            assert tr.get("random_output_len") == b["output_len"], c["id"]
+        if b.get("max_concurrency") is not None:
+            assert tr.get("max_concurrency") == b["max_concurrency"], c["id"]
+        if b.get("ignore_eos") is True:
+            assert tr.get("ignore_eos") is True
+        BenchTraffic(**{k: v for k, v in tr.items()}).validate()
+
+
+def test_abbreviations_underscores_and_quotes_as_argparse_reads_them():
+    pb = parse_bench_cmd("vllm bench serve --backend vllm --model M --endpoint='/v1/completions' "
+                         "--dataset-name random --random-input 800 --random_output_len 100 --request-rate 2 "
+                         "--num-prompt 100")
+    assert pb.traffic["random_input_len"] == 800 and pb.traffic["random_output_len"] == 100
+    assert pb.traffic["num_prompts"] == 100 and pb.traffic["request_rate"] == 2.0 and pb.model == "M"
+
+
+@pytest.mark.parametrize("cmd,needle", [
+    ("vllm bench serve --model m --ramp-up-strategy linear", "not modelled by kvplan: --ramp-up-strategy"),
+    ("vllm bench serve --model m --frobnicate 3", "unknown flag(s): --frobnicate"),
+    ("vllm bench throughput --model m", "not a serving benchmark"),
+    ("python3 benchmarks/benchmark_latency.py --model m", "offline benchmark"),
+    ("curl http://x", "expected 'vllm bench serve"),
+])
+def test_unsupported_bench_flags_are_named(cmd, needle):
+    with pytest.raises(UsageError, match=None) as exc:
+        parse_bench_cmd(cmd)
+    assert needle in str(exc.value)
+
+
+def test_serve_cmd_to_plan_flags():
+    ps = parse_serve_cmd("VLLM_USE_FLASHINFER_MOE_FP8=1 vllm serve nvidia/X --trust-remote-code "
+                         "--async-scheduling --kv-cache-dtype fp8 --tensor-parallel-size 2 --max-model-len 8k "
+                         "--no-enable-prefix-caching --gpu-memory-utilization=0.85")
+    assert ps.plan == {"model": "nvidia/X", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85,
+                       "kv_cache_dtype": "fp8", "max_model_len": "8k"}
+    assert ps.options == {"enable_prefix_caching": False, "async_scheduling": True}
+    with pytest.raises(UsageError, match="--speculative-config"):
+        parse_serve_cmd("vllm serve m --speculative-config '{}'")
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from kvplan.cli.main import app
+
+    return CliRunner().invoke(app, ["simulate", *args])
+
+
+def test_cli_bench_block_and_json_keys():
+    res = _cli(["--model", "Qwen/Qwen2-7B-Instruct", "--gpu", "A100-80GB", "-tp", "2", "--from-bench-cmd",
+                "python benchmarks/benchmark_serving.py --backend vllm --model Qwen2-7B-Instruct --dataset-name "
+                "random --num-prompts 20 --random-input-len 1024 --random-output-len 64 --max-concurrency 4",
+                "--vllm-version", "0.10.1.1", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    b = d["bench"]
+    for key in ("duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                "output_throughput", "total_token_throughput", "max_concurrent_requests", "mean_ttft_ms",
+                "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+                "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"):
+        assert key in b
+    assert b["completed"] == 20 and b["total_input_tokens"] == 20 * 1024 and b["total_output_tokens"] == 20 * 64
+    assert b["output_throughput"] == pytest.approx(b["total_output_tokens"] / b["duration"], rel=1e-4)
+    assert d["trace"]["max_concurrency"] == 4 and "latency_s" in d and "throughput" in d  # old keys kept
+    # TPOT excludes the first token, per request: (e2e - ttft) / (out - 1)
+    assert d["latency_s"]["tpot"]["mean"] * 1000 == pytest.approx(b["mean_tpot_ms"], abs=0.01)
+    text = _cli(["--model", "Qwen/Qwen2-7B-Instruct", "--gpu", "A100-80GB", "--request-rate", "inf",
+                 "--num-prompts", "10", "--random-output-len", "16"])
+    assert text.exit_code == 0 and "Serving Benchmark Result" in text.output and "Mean TPOT (ms):" in text.output
+
+
+def test_cli_unsupported_flag_exits_2_naming_it():
+    res = _cli(["--model", "qwen2.5-7b", "--gpu", "H100", "--from-bench-cmd",
+                "vllm bench serve --model m --lora-modules a b"])
+    assert res.exit_code == 2 and "--lora-modules" in res.output
+
+
+def test_cli_old_flags_keep_their_meaning_and_alias_in_bench_mode():
+    old = _cli(["--model", "qwen2.5-7b", "--gpu", "H100", "--rate", "2", "--num-requests", "30", "-f", "json"])
+    assert old.exit_code == 0
+    assert json.loads(old.output)["trace"]["source"].startswith("poisson 2 req/s")
+    new = _cli(["--model", "qwen2.5-7b", "--gpu", "H100", "--rate", "inf", "--num-requests", "30",
+                "--input-len", "300", "-f", "json"])
+    d = json.loads(new.output)
+    assert d["trace"]["bench"]["num_prompts"] == 30 and d["trace"]["bench"]["random_input_len"] == 300
+
+
+def test_sharegpt_model_respects_vllm_bench_filters():
+    from kvplan.workload.sharegpt import load, sample_pairs
+
+    pairs = sample_pairs(5000, 0)
+    assert all(4 <= p <= 1024 and o >= 4 and p + o <= 2048 for p, o in pairs)
+    assert load()["approximation"] is True
+    fixed = sample_pairs(500, 1, 1500)
+    assert all(o == 1500 and p + o <= 2048 for p, o in fixed)
+    assert sample_pairs(50, 3) == sample_pairs(50, 3)
