@@ -15,6 +15,7 @@ from ..models.spec import (
     ChunkedLocalAttention,
     FullAttention,
     LinearAttentionState,
+    Mamba2State,
     MLAttention,
     SlidingWindowAttention,
 )
@@ -188,8 +189,14 @@ def _(m: ChunkedLocalAttention, tp: int, block_size: int, kv: KVDtype, state_dty
 @kv_spec_for.register
 def _(m: MLAttention, tp: int, block_size: int, kv: KVDtype, state_dtype_bytes: int = 2) -> KVCacheSpec:
     # MLA: num_kv_heads = 1 on every rank, head_size = kv_lora_rank + qk_rope_head_dim, no V.
+    per_token = kv.mla_bytes_per_token
+    if getattr(m, "indexer_bytes_per_token", 0):
+        # V3.2: the indexer's K cache shares the layer's blocks (UniformTypeKVCacheSpecs, 0.11+:
+        # one block table, page = the sum of the layers' pages), so it adds to the token's bytes
+        per_token = (per_token if per_token is not None else int(m.latent_dim * kv.element_bytes)) \
+            + m.indexer_bytes_per_token
     return MLAAttentionSpec(block_size, num_kv_heads=1, head_size=m.latent_dim, head_size_v=0,
-                            dtype_bytes=kv.element_bytes, state_bytes_per_token=kv.mla_bytes_per_token)
+                            dtype_bytes=kv.element_bytes, state_bytes_per_token=per_token)
 
 
 @kv_spec_for.register
@@ -200,6 +207,15 @@ def _(m: LinearAttentionState, tp: int, block_size: int, kv: KVDtype, state_dtyp
     conv = (2 * m.head_k_dim * m.num_k_heads + m.head_v_dim * m.num_v_heads) // tp * (m.conv_kernel - 1)
     ssm = (m.num_v_heads // tp) * m.head_v_dim * m.head_k_dim
     return MambaSpec(block_size, state_bytes=(conv + ssm) * state_dtype_bytes)
+
+
+@kv_spec_for.register
+def _(m: Mamba2State, tp: int, block_size: int, kv: KVDtype, state_dtype_bytes: int = 2) -> KVCacheSpec:
+    # vllm mamba_utils.MambaStateShapeCalculator.mamba2_state_shape (0.10 ... 0.33)
+    groups = m.n_groups if m.n_groups % tp == 0 else m.n_groups + (tp - m.n_groups)  # extra_groups_for_head_shards
+    conv = (m.conv_kernel - 1) * ((m.intermediate + 2 * groups * m.state_size) // tp)
+    ssm = (m.num_v_heads // tp) * m.head_v_dim * m.state_size
+    return MambaSpec(block_size, state_bytes=conv * state_dtype_bytes + ssm * (m.ssm_state_bytes or state_dtype_bytes))
 
 
 def with_block_size(spec: KVCacheSpec, block_size: int) -> KVCacheSpec:

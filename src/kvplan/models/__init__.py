@@ -12,6 +12,7 @@ from .spec import (
     FullAttention,
     Layer,
     LinearAttentionState,
+    Mamba2State,
     MLAttention,
     ModelSpec,
     MoEMLP,
@@ -39,7 +40,7 @@ def load_model(name: str) -> ModelSpec:
 
 
 __all__ = [
-    "ChunkedLocalAttention", "DenseMLP", "FullAttention", "Layer", "LinearAttentionState",
+    "ChunkedLocalAttention", "DenseMLP", "FullAttention", "Layer", "LinearAttentionState", "Mamba2State",
     "MLAttention", "ModelSpec", "MoEMLP", "Quantization", "SlidingWindowAttention",
     "load_model", "spec_from_config", "load_config_file", "catalog",
 ]

@@ -19,6 +19,7 @@ from .spec import (  # noqa: I001
     FullAttention,
     Layer,
     LinearAttentionState,
+    Mamba2State,
     MLAttention,
     ModelSpec,
     MoEMLP,
@@ -51,7 +52,7 @@ MODEL_TYPE_DEFAULTS["gemma3"] = MODEL_TYPE_DEFAULTS["gemma3_text"]
 # transformers' config classes that default tie_word_embeddings to False (PretrainedConfig: True).
 UNTIED_BY_DEFAULT = {
     "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "qwen3_next", "deepseek_v2", "deepseek_v3", "phi3", "phimoe", "gpt_oss", "mistral3",
+    "qwen3_next", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "phi3", "phimoe", "gpt_oss", "mistral3",
 }
 
 
@@ -213,6 +214,8 @@ def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP |
     shared_inter = shared * expert_inter
     if f.int("shared_expert_intermediate_size", default=0):
         shared, shared_inter = 1, f.int("shared_expert_intermediate_size")
+    if model_type == "granitemoehybrid" and f.int("shared_intermediate_size", default=0):
+        shared, shared_inter = 1, f.int("shared_intermediate_size")
     if model_type.startswith("llama4"):
         shared, shared_inter = 1, f.int("intermediate_size")
     return MoEMLP(
@@ -225,6 +228,75 @@ def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP |
         expert_bias=model_type == "gpt_oss",
         router_bias=model_type == "gpt_oss",
     )
+
+
+#: model types whose recurrent layers are Mamba-2 mixers (vllm mamba_mixer2.MambaMixer2)
+MAMBA2_MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "bamba", "falcon_h1")
+
+
+def _mamba2(f: _Fields, model_type: str, heads: int) -> Mamba2State:
+    """A Mamba-2 mixer from the family's field names (Nemotron-H: mamba_num_heads, ...; Granite /
+    Bamba: mamba_n_heads, ...). The temporal state's dtype: Nemotron-H's config names it
+    (``mamba_ssm_cache_dtype``, which vLLM's NemotronH config hook copies into the cache config
+    when ``--mamba-ssm-cache-dtype`` is auto; float16 when absent); the others the model dtype."""
+    if model_type == "nemotron_h":
+        nh, hd = f.int("mamba_num_heads"), f.int("mamba_head_dim")
+        state, groups = f.int("ssm_state_size"), f.int("n_groups", default=1)
+        kernel = f.int("conv_kernel", default=4)
+        ssm_dtype = str(f.get("mamba_ssm_cache_dtype") or "float16")
+        conv_bias = bool(f.get("use_conv_bias", True))
+    else:
+        hidden = f.int("hidden_size")
+        nh = f.int("mamba_n_heads", default=128)
+        hd = f.int("mamba_d_head", default=f.int("mamba_expand", default=2) * hidden // max(nh, 1))
+        state, groups = f.int("mamba_d_state", default=128), f.int("mamba_n_groups", default=1)
+        kernel = f.int("mamba_d_conv", default=4)
+        ssm_dtype = "auto"
+        conv_bias = bool(f.get("mamba_conv_bias", True))
+    ssm_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}.get(ssm_dtype, 0)
+    return Mamba2State(variant="mamba2", num_k_heads=groups, num_v_heads=nh, head_k_dim=state, head_v_dim=hd,
+                       conv_kernel=kernel, num_heads=heads, state_size=state, n_groups=groups,
+                       ssm_state_bytes=ssm_bytes, conv_bias=conv_bias)
+
+
+def _nemotron_h_layers(f: _Fields, heads: int, kv_heads: int, head_dim: int) -> list[Layer]:
+    """Nemotron-H's ``hybrid_override_pattern``: one block per character (M Mamba-2, * attention,
+    E MoE, - MLP). kvplan's layers pair a mixer with the MLP block that follows it (a mixer with no
+    MLP after it gets an empty one), so there is one layer per KV-holding block, as vLLM counts
+    its cache layers."""
+    pattern = str(f.get("hybrid_override_pattern") or "")
+    if not pattern:
+        raise ConfigFieldError("hybrid_override_pattern", f.source, "missing")
+    layers: list[Layer] = []
+    pending: Optional[Any] = None  # the mixer waiting for its MLP block
+    n_experts = f.int("n_routed_experts", default=0)
+
+    def mlp_block(c: str):
+        if c == "E":
+            return MoEMLP(num_experts=n_experts, experts_per_token=f.int("num_experts_per_tok"),
+                          expert_intermediate_size=f.int("moe_intermediate_size"),
+                          shared_experts=f.int("n_shared_experts", default=0),
+                          shared_intermediate_size=f.int("moe_shared_expert_intermediate_size", default=0),
+                          router_bias=True, gated=False)  # e_score_correction_bias; relu² experts
+        return DenseMLP(f.int("intermediate_size"), gated=False, bias=bool(f.get("mlp_bias", False)))
+
+    for pos, c in enumerate(pattern):
+        if c in "M*":
+            if pending is not None:
+                layers.append(Layer(len(layers), pending, DenseMLP(0, gated=False), 1))
+            pending = _mamba2(f, "nemotron_h", heads) if c == "M" else FullAttention(
+                heads, kv_heads, head_dim, head_dim, bool(f.get("attention_bias", False)), False)
+        elif c in "E-":
+            if pending is None:
+                raise ConfigFieldError("hybrid_override_pattern", f.source,
+                                       f"an MLP block at position {pos} follows no mixer (not modelled)")
+            layers.append(Layer(len(layers), pending, mlp_block(c), 2))
+            pending = None
+        else:
+            raise ConfigFieldError("hybrid_override_pattern", f.source, f"unknown block {c!r} at position {pos}")
+    if pending is not None:
+        layers.append(Layer(len(layers), pending, DenseMLP(0, gated=False), 1))
+    return layers
 
 
 def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = None,
@@ -261,7 +333,8 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
     chunk = f.int("attention_chunk_size", default=0)
     is_mla = f.has("kv_lora_rank")
     layers = []
-    for i, kind in enumerate(kinds):
+    index_dim = f.int("index_head_dim", default=0) if f.has("index_topk") else 0
+    for i, kind in enumerate(kinds if model_type != "nemotron_h" else ()):
         mixer: Any
         if is_mla:
             mixer = MLAttention(
@@ -271,7 +344,13 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
                 qk_nope_head_dim=f.int("qk_nope_head_dim"),
                 v_head_dim=f.int("v_head_dim"),
                 q_lora_rank=f.get("q_lora_rank"),
+                # deepseek_v2.py Indexer (0.11+): fp8 values + fp32 scale per 128 (quant_block_size)
+                indexer_bytes_per_token=index_dim + index_dim // 128 * 4 if index_dim else 0,
+                index_head_dim=index_dim,
+                index_n_heads=f.int("index_n_heads", default=0) if index_dim else 0,
             )
+        elif kind == "linear" and model_type in MAMBA2_MODEL_TYPES:
+            mixer = _mamba2(f, model_type, heads)
         elif kind == "linear":
             mixer = LinearAttentionState(
                 variant="gated_delta_net" if model_type == "qwen3_next" else model_type or "linear",
@@ -293,6 +372,8 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
         norms = 4 if model_type in ("gemma2", "gemma3", "gemma3_text") else 2
         layers.append(Layer(i, mixer, _mlp_for(f, model_type, i, hidden), norms))
 
+    if model_type == "nemotron_h":
+        layers = _nemotron_h_layers(f, heads, kv_heads, head_dim)
     max_len_keys = {k: f.int(k) for k in MAX_LEN_KEYS if isinstance(flat.get(k), (int, float))
                     and not isinstance(flat.get(k), bool)}
     rope = flat.get("rope_scaling") or flat.get("rope_parameters")

@@ -23,6 +23,7 @@ from .spec import (
     FullAttention,
     Layer,
     LinearAttentionState,
+    Mamba2State,
     MLAttention,
     ModelSpec,
     MoEMLP,
@@ -80,6 +81,22 @@ def _attention_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
         yield Tensor("kv_b_proj", m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim),
                      "col", True, group_dim=m.kv_lora_rank)
         yield Tensor("o_proj", m.num_heads * m.v_head_dim * h, "row", True, group_dim=m.num_heads * m.v_head_dim)
+        if m.index_head_dim:  # V3.2's indexer: wq_b, wk, k_norm, weights_proj (replicated)
+            yield Tensor("indexer_wq_b", (m.q_lora_rank or h) * m.index_n_heads * m.index_head_dim, "rep", True,
+                         group_dim=m.q_lora_rank or h)
+            yield Tensor("indexer_wk", h * m.index_head_dim, "rep", True, group_dim=h)
+            yield Tensor("indexer_k_norm", 2 * m.index_head_dim, "rep")
+            yield Tensor("indexer_weights_proj", h * m.index_n_heads, "rep")
+        return
+    if isinstance(m, Mamba2State):
+        # vllm mamba_mixer2.MambaMixer2: in_proj (z, x, B, C, dt), conv1d over (x, B, C), A/D/dt_bias,
+        # a gated RMSNorm over the intermediate width, out_proj
+        inter, gs = m.intermediate, 2 * m.n_groups * m.state_size
+        yield Tensor("in_proj", h * (2 * inter + gs + m.num_v_heads), "col", True, group_dim=h)
+        yield Tensor("conv1d", (inter + gs) * m.conv_kernel + ((inter + gs) if m.conv_bias else 0), "col")
+        yield Tensor("A+D+dt_bias", 3 * m.num_v_heads, "col")
+        yield Tensor("norm", inter, "col")
+        yield Tensor("out_proj", inter * h, "row", True, group_dim=inter)
         return
     if isinstance(m, LinearAttentionState):
         kd, vd = m.num_k_heads * m.head_k_dim, m.num_v_heads * m.head_v_dim
@@ -113,6 +130,8 @@ def _mlp_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
     h = spec.hidden_size
     mlp = layer.mlp
     if isinstance(mlp, DenseMLP):
+        if mlp.intermediate_size == 0:  # a block with no MLP (a lone Mamba mixer of Nemotron-H)
+            return
         mats = 3 if mlp.gated else 2
         up = mats - 1
         yield Tensor("gate_up_proj", h * mlp.intermediate_size * up, "col", True, group_dim=h)
@@ -126,14 +145,15 @@ def _mlp_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
     yield Tensor("router", h * e, "rep")
     if mlp.router_bias:
         yield Tensor("router_bias", e, "rep")
-    yield Tensor("experts_w13", e * h * 2 * inter, "col", True, expert=True, group_dim=h)
+    up = 2 if getattr(mlp, "gated", True) else 1
+    yield Tensor("experts_w13", e * h * up * inter, "col", True, expert=True, group_dim=h)
     yield Tensor("experts_w2", e * inter * h, "row", True, expert=True, group_dim=inter)
     if mlp.expert_bias:
         yield Tensor("experts_b13", e * 2 * inter, "col", expert=True)
         yield Tensor("experts_b2", e * h, "rep", expert=True)
     if mlp.shared_experts and mlp.shared_intermediate_size:
         s = mlp.shared_intermediate_size
-        yield Tensor("shared_gate_up", h * 2 * s, "col", True, group_dim=h)
+        yield Tensor("shared_gate_up", h * up * s, "col", True, group_dim=h)
         yield Tensor("shared_down", s * h, "row", True, group_dim=s)
         if mlp.shared_expert_gate:
             yield Tensor("shared_expert_gate", h, "rep")
@@ -190,7 +210,7 @@ def active_params(spec: ModelSpec) -> int:
     for layer in spec.layers:
         if isinstance(layer.mlp, MoEMLP):
             m = layer.mlp
-            per_expert = 3 * spec.hidden_size * m.expert_intermediate_size
+            per_expert = (3 if m.gated else 2) * spec.hidden_size * m.expert_intermediate_size
             total -= (m.num_experts - m.experts_per_token) * per_expert
     return total
 

@@ -61,6 +61,12 @@ class MLAttention:
     qk_nope_head_dim: int
     v_head_dim: int
     q_lora_rank: Optional[int]
+    # DeepSeek-V3.2's sparse-attention indexer keeps its own K cache per layer: vLLM 0.11+
+    # (deepseek_v2.py Indexer) stores index_head_dim fp8 values + one fp32 scale per 128 as uint8
+    # (128 + 4 = 132 bytes per token), a second MLA-type spec in the same KV group.
+    indexer_bytes_per_token: int = 0
+    index_head_dim: int = 0
+    index_n_heads: int = 0
 
     kind = "mla"
 
@@ -89,6 +95,25 @@ class LinearAttentionState:
     kind = "linear"
 
 
+@dataclass(frozen=True)
+class Mamba2State(LinearAttentionState):
+    """A Mamba-2 mixer (Nemotron-H, Granite-4.0-H, Bamba): vLLM's
+    ``MambaStateShapeCalculator.mamba2_state_shape`` - a conv state ``(conv_kernel - 1,
+    (intermediate + 2·n_groups·state_size) / tp)`` and a temporal state ``(mamba_heads / tp,
+    head_dim, state_size)``, the groups extended to the TP size when they do not divide it.
+    ``ssm_state_bytes`` is the temporal state's element size (``mamba_ssm_cache_dtype``; the
+    conv state takes the model dtype)."""
+
+    state_size: int = 128
+    n_groups: int = 1
+    ssm_state_bytes: int = 0  # 0: the model dtype
+    conv_bias: bool = True
+
+    @property
+    def intermediate(self) -> int:
+        return self.num_v_heads * self.head_v_dim
+
+
 TokenMixer = Union[FullAttention, SlidingWindowAttention, ChunkedLocalAttention, MLAttention,
                    LinearAttentionState]
 
@@ -115,6 +140,7 @@ class MoEMLP:
     shared_expert_gate: bool = False  # Qwen-MoE style sigmoid gate on the shared expert
     expert_bias: bool = False  # gpt-oss: biases on expert projections
     router_bias: bool = False
+    gated: bool = True  # SwiGLU experts (3 matrices); Nemotron-H's relu² experts are up/down only
 
 
 Mlp = Union[DenseMLP, MoEMLP]
