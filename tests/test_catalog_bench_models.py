@@ -44,3 +44,78 @@ def test_glm_4_5_air_is_moe_with_one_dense_layer_and_12b_active():
 
     # model card: 12B active; kvplan counts the embedding and LM head in the active figure too
     assert active_params(spec) - 2 * 151552 * 4096 == pytest.approx(12e9, rel=0.02)
+
+
+@pytest.mark.parametrize("name,layers,per_layer_bytes", [
+    ("deepseek-v3.1", 61, 576 * 2),                 # MLA latent 512 + rope 64, bf16
+    ("kimi-k2", 61, 576 * 2),
+    ("deepseek-v3.2", 61, 576 * 2 + 128 + 4),       # + the indexer's K: 128 fp8 values + one fp32 scale
+    ("glm-4.5", 92, 2 * 8 * 128 * 2),
+    ("glm-4.6", 92, 2 * 8 * 128 * 2),
+    ("qwen3-coder-480b", 62, 2 * 8 * 128 * 2),
+    ("qwen3-30b-a3b-instruct-2507", 48, 2 * 4 * 128 * 2),
+    ("qwen3-235b-a22b-instruct-2507-fp8", 94, 2 * 4 * 128 * 2),
+    ("minimax-m2", 62, 2 * 8 * 128 * 2),
+    ("hunyuan-a13b", 32, 2 * 8 * 128 * 2),
+    ("nemotron-3-nano", 6, 2 * 2 * 128 * 2),        # only the 6 attention layers hold per-token KV
+])
+def test_more_kv_bytes_per_token_by_hand(name, layers, per_layer_bytes):
+    res = plan(PlanRequest(model=load_model(name), gpu=find_gpu("H200"), tensor_parallel_size=8, max_model_len=4096),
+               what_ifs=False)
+    assert res.kv.bytes_per_token_logical == layers * per_layer_bytes
+
+
+@pytest.mark.parametrize("name,published,rel", [
+    ("deepseek-v3.1", 671e9, 0.003),
+    ("kimi-k2", 1.04e12, 0.02),
+    ("qwen3-coder-480b", 480e9, 0.002),
+    ("qwen3-30b-a3b-instruct-2507", 30.5e9, 0.003),
+    ("qwen3-235b-a22b-thinking-2507", 235e9, 0.002),
+    ("glm-4.5", 355e9, 0.01),
+    ("minimax-m2", 230e9, 0.01),
+    ("ernie-4.5-21b", 21.8e9, 0.01),
+    ("hunyuan-a13b", 80e9, 0.01),
+    ("nemotron-3-nano", 31.6e9, 0.002),
+])
+def test_more_parameter_counts(name, published, rel):
+    from kvplan.models.params import count_params
+
+    assert count_params(load_model(name)) == pytest.approx(published, rel=rel)
+
+
+def test_nemotron_h_mamba2_state_by_hand():
+    # vLLM mamba2_state_shape: conv (4 - 1) x (64*64 + 2*8*128) bf16, temporal 64 x 64 x 128 in
+    # float32 (mamba_ssm_cache_dtype from the config); at TP 2 every term halves (8 groups divide)
+    from kvplan.memory.kv_specs import KVDtype, kv_spec_for
+
+    spec = load_model("nemotron-3-nano")
+    mamba = next(layer.mixer for layer in spec.layers if layer.mixer.kind == "linear")
+    kv = KVDtype("auto", 2)
+    assert kv_spec_for(mamba, 1, 16, kv).page_size_bytes == 3 * 6144 * 2 + 64 * 64 * 128 * 4
+    assert kv_spec_for(mamba, 2, 16, kv).page_size_bytes == 3 * 3072 * 2 + 32 * 64 * 128 * 4
+    mixers = "".join("M" if layer.mixer.kind == "linear" else "*" for layer in spec.layers)
+    assert mixers.count("M") == 23 and mixers.count("*") == 6
+    from kvplan.models.params import active_params
+
+    assert active_params(spec) == pytest.approx(3.6e9, rel=0.01)  # model card: 3.6B with the embeddings
+
+
+def test_granite_hybrid_mamba2_from_a_config(tmp_path):
+    import json
+
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 1536,
+           "num_hidden_layers": 4, "num_attention_heads": 12, "num_key_value_heads": 4, "vocab_size": 1000,
+           "intermediate_size": 512, "num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024,
+           "layer_types": ["mamba", "mamba", "mamba", "attention"], "mamba_n_heads": 48, "mamba_d_head": 64,
+           "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "max_position_embeddings": 4096,
+           "torch_dtype": "bfloat16"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    spec = load_model(str(p))
+    from kvplan.memory.kv_specs import KVDtype, kv_spec_for
+
+    m = spec.layers[0].mixer
+    # n_groups 1 at TP 2: extended to 2 groups (extra_groups_for_head_shards)
+    assert kv_spec_for(m, 2, 16, KVDtype("auto", 2)).page_size_bytes == \
+        3 * ((48 * 64 + 2 * 2 * 128) // 2) * 2 + 24 * 64 * 128 * 2
+    assert spec.layers[3].mixer.kind == "full" and spec.layers[0].mlp.shared_intermediate_size == 1024

@@ -137,6 +137,8 @@ def default_block_size(spec: ModelSpec, gpu: Gpu, device: str, sem: VllmSemantic
         return 16 if spec.is_mla else (128 if sem.version >= (0, 12) else 16)
     if not (spec.is_mla and sem.engine == "V1" and gpu.sm is not None):
         return 16
+    if any(getattr(l.mixer, "indexer_bytes_per_token", 0) for l in spec.layers):
+        return 64  # DeepSeek-V3.2 (0.11+): the sparse MLA backends (FlashMLA sparse) take 64-token blocks
     major = gpu.sm // 10
     if sem.version >= (0, 33):
         if major == 10:

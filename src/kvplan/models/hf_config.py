@@ -186,7 +186,46 @@ def _quantization(f: _Fields) -> Optional[Quantization]:
     return None
 
 
+def _per_layer(f: _Fields, key: str, index: int, default: int = 0) -> int:
+    """A field that may be one number or one per layer (Hunyuan's moe_topk, num_shared_expert)."""
+    value = f.cfg.get(key)
+    if isinstance(value, list):
+        if not value:
+            return default
+        item = value[min(index, len(value) - 1)]
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise ConfigFieldError(key, f.source, f"must be integers, got {item!r}")
+        return int(item)
+    return f.int(key, default=default)
+
+
+def _ernie_moe(f: _Fields, index: int, dense_inter: int) -> DenseMLP | MoEMLP:
+    """ERNIE-4.5 (vllm ernie45_moe.py): experts between moe_layer_start_index and
+    moe_layer_end_index (-1 / null: the last layer) every moe_layer_interval layers."""
+    n = f.int("num_hidden_layers")
+    start = f.int("moe_layer_start_index", default=0)
+    end = f.int("moe_layer_end_index", default=-1) if f.has("moe_layer_end_index") else -1
+    end = n - 1 if end < 0 else end
+    step = f.int("moe_layer_interval", default=1)
+    if not (start <= index <= end and (index - start) % step == 0):
+        return DenseMLP(dense_inter)
+    inter = f.int("moe_intermediate_size")
+    shared = f.int("moe_num_shared_experts", default=0)
+    return MoEMLP(num_experts=f.int("moe_num_experts"), experts_per_token=f.int("moe_k"),
+                  expert_intermediate_size=inter, shared_experts=shared, shared_intermediate_size=shared * inter,
+                  router_bias=True)  # moe_statics.e_score_correction_bias
+
+
 def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP | MoEMLP:
+    if model_type == "ernie4_5_moe" and f.has("moe_num_experts"):
+        return _ernie_moe(f, index, f.int("intermediate_size"))
+    if model_type == "hunyuan_v1_moe" and f.has("num_experts"):
+        # vllm hunyuan_v1.py: every layer MoE, per-layer moe_intermediate_size / moe_topk /
+        # num_shared_expert (shared experts of moe_intermediate_size each)
+        inter = _per_layer(f, "moe_intermediate_size", index, f.int("intermediate_size"))
+        shared = _per_layer(f, "num_shared_expert", index, 0)
+        return MoEMLP(num_experts=f.int("num_experts"), experts_per_token=_per_layer(f, "moe_topk", index, 1),
+                      expert_intermediate_size=inter, shared_experts=shared, shared_intermediate_size=shared * inter)
     n_experts = f.int("num_local_experts", "num_experts", "n_routed_experts", default=0)
     dense_inter = f.int("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
     if model_type.startswith("llama4"):
@@ -326,7 +365,8 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
     head_dim = f.int("head_dim", default=0) or f.int("hidden_size_per_head", default=0) or hidden // heads
     head_dim_v = head_dim
     qkv_bias = bool(f.get("attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2")
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2") or \
+        bool(f.get("use_qk_norm", False))
 
     kinds = _layer_pattern(f, model_type, n_layers)
     window = f.int("sliding_window", default=0)
