@@ -10,7 +10,8 @@ has more than 1,024, or whose prompt + output exceeds 2,048 (``is_valid_sequence
 budget (``max_tokens``) is the completion's length, or ``--sharegpt-output-len`` (then the short-
 output check is skipped). This model draws (prompt, output) pairs from the histogram of the pairs
 that pass those filters; with ``--sharegpt-output-len`` it draws prompts from the histogram of
-prompts whose prompt + that length passes. It is an approximation: the real run sends particular
+prompts whose prompt + that length passes. It is an approximation (the histogram's header names the
+published means it is fitted to): the real run sends particular
 conversations in a particular order; kvplan reproduces their length distribution, not the draws.
 """
 from __future__ import annotations
