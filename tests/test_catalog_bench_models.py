@@ -58,6 +58,7 @@ def test_glm_4_5_air_is_moe_with_one_dense_layer_and_12b_active():
     ("minimax-m2", 62, 2 * 8 * 128 * 2),
     ("hunyuan-a13b", 32, 2 * 8 * 128 * 2),
     ("nemotron-3-nano", 6, 2 * 2 * 128 * 2),        # only the 6 attention layers hold per-token KV
+    ("granite-4.0-h-small", 4, 2 * 8 * 128 * 2),    # 4 attention layers among 36 Mamba-2 ones
 ])
 def test_more_kv_bytes_per_token_by_hand(name, layers, per_layer_bytes):
     res = plan(PlanRequest(model=load_model(name), gpu=find_gpu("H200"), tensor_parallel_size=8, max_model_len=4096),
@@ -76,6 +77,7 @@ def test_more_kv_bytes_per_token_by_hand(name, layers, per_layer_bytes):
     ("ernie-4.5-21b", 21.8e9, 0.01),
     ("hunyuan-a13b", 80e9, 0.01),
     ("nemotron-3-nano", 31.6e9, 0.002),
+    ("granite-4.0-h-small", 32.2e9, 0.005),
 ])
 def test_more_parameter_counts(name, published, rel):
     from kvplan.models.params import count_params
