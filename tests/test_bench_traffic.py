@@ -300,3 +300,21 @@ def test_sharegpt_model_respects_vllm_bench_filters():
     fixed = sample_pairs(500, 1, 1500)
     assert all(o == 1500 and p + o <= 2048 for p, o in fixed)
     assert sample_pairs(50, 3) == sample_pairs(50, 3)
+
+
+def test_tokenizer_facts_count_the_bos_the_server_adds(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from kvplan.workload.bench_traffic import tokenizer_facts
+
+    tok = Tokenizer(WordLevel({"<s>": 0, "hello": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.add_special_tokens(["<s>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert tokenizer_facts(str(tmp_path)) == (0, 3)  # no post-processor: nothing added on encode
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": True}))
+    assert tokenizer_facts(str(tmp_path))[0] == 1
+    with pytest.raises(UsageError, match="no tokenizer.json"):
+        tokenizer_facts(str(tmp_path / "nowhere"))

@@ -146,9 +146,14 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
     kw["seed"] = int(seed or 0)
     bench = BenchTraffic(**kw).validate()
     version = parse_version(vllm_version)
-    if tokenizer:
-        num_special, vocab = tokenizer_facts(tokenizer)
+    from pathlib import Path
+
+    if tokenizer and Path(tokenizer).expanduser().exists():
+        num_special, vocab = tokenizer_facts(str(Path(tokenizer).expanduser()))
     else:
+        if tokenizer:  # a hub id (vllm bench's --tokenizer): kvplan reads no tokenizer from the network here
+            notes = tuple(notes) + (f"--tokenizer {tokenizer}: not a local tokenizer.json; the special-token "
+                                    "count and vocab size come from the model's family and config.json",)
         mt = getattr(model_spec, "model_type", "") or ""
         num_special = special_tokens_for(mt)
         vocab = int(getattr(model_spec, "vocab_size", 0) or 32000)

@@ -22,6 +22,11 @@ def render_markdown(d: dict) -> str:
     if cap:
         out += ["", "### Capacity boundary", "", "| max_model_len | max concurrency | starts | max QPS at SLO |",
                 "|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in cap]
+    from .sim_bench import bench_block
+
+    block = bench_block(d)
+    if block:
+        out += ["", "### As `vllm bench serve` would print it", "", "```text", *block, "```"]
     for note in d.get("notes") or ():
         out += ["", f"_Note: {_esc(note)}_"]
     return "\n".join(out) + "\n"

@@ -248,4 +248,17 @@ def tokenizer_facts(path: str) -> tuple[int, int]:
         raise UsageError(f"--tokenizer {f}: cannot read it: {exc}") from None
     plain = len(tok.encode("hello", add_special_tokens=False).ids)
     special = len(tok.encode("hello", add_special_tokens=True).ids) - plain
+    # transformers' Llama-style fast tokenizers rebuild the post-processor from tokenizer_config.json
+    # (add_bos_token / add_eos_token), which tokenizer.json alone may not carry (DeepSeek-V3's)
+    cfg_path = f.parent / "tokenizer_config.json"
+    if cfg_path.is_file():
+        import json
+
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cfg = {}
+        if isinstance(cfg, dict):
+            flagged = int(bool(cfg.get("add_bos_token"))) + int(bool(cfg.get("add_eos_token")))
+            special = max(special, flagged)
     return max(0, special), tok.get_vocab_size(with_added_tokens=False)
