@@ -121,3 +121,18 @@ def test_granite_hybrid_mamba2_from_a_config(tmp_path):
     assert kv_spec_for(m, 2, 16, KVDtype("auto", 2)).page_size_bytes == \
         3 * ((48 * 64 + 2 * 2 * 128) // 2) * 2 + 24 * 64 * 128 * 2
     assert spec.layers[3].mixer.kind == "full" and spec.layers[0].mlp.shared_intermediate_size == 1024
+
+
+@pytest.mark.parametrize("name,params", [("amd/Llama-3.1-70B-Instruct-FP8-KV", 70.55e9),
+                                         ("amd/Llama-3.1-405B-Instruct-FP8-KV", 405.85e9)])
+def test_amd_quark_fp8_checkpoints_weigh_one_byte_per_linear_weight(name, params):
+    spec = load_model(name)
+    assert spec.quantization.method == "fp8"
+    res = plan(PlanRequest(model=spec, gpu=find_gpu("MI300X"), tensor_parallel_size=8, max_model_len=8192,
+                           kv_cache_dtype="fp8"), what_ifs=False)
+    from kvplan.models.params import count_params
+
+    assert count_params(spec) == pytest.approx(params, rel=0.002)
+    # about 1 byte per parameter over 8 GPUs, the bf16 embedding and LM head on top
+    assert res.memory.weights_gib_per_gpu * 2**30 == pytest.approx(params / 8, rel=0.06)
+    assert res.kv.bytes_per_token_logical == len(spec.layers) * 2 * 8 * 128 * 1

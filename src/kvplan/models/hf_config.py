@@ -159,6 +159,17 @@ def _quantization(f: _Fields) -> Optional[Quantization]:
         block = q.get("weight_block_size")
         return Quantization("fp8", 8, weight_block=tuple(block) if block else None,
                             kv_cache_dtype=kv_dtype, modules_not_quantized=skip)
+    if method == "quark":  # AMD Quark exports (vllm quark.py): the global weight spec and the KV group
+        weight = (q.get("global_quant_config") or {}).get("weight") or {}
+        dtype = str(weight.get("dtype") or "")
+        exclude = tuple(q.get("exclude") or ())
+        if dtype.startswith("fp8"):
+            # the checkpoint's KV scales (export.kv_cache_group) are used only with --kv-cache-dtype fp8:
+            # resolve_kv_cache_dtype_string reads a KV scheme from ModelOpt configs, not Quark's
+            return Quantization("fp8", 8, modules_not_quantized=exclude)
+        if dtype.startswith("fp4"):
+            return Quantization("mxfp4", 4, group_size=32, modules_not_quantized=exclude)
+        return Quantization("quark", 8, modules_not_quantized=exclude)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
         group = q.get("group_size") or q.get("q_group_size") or 128
