@@ -318,3 +318,26 @@ def test_tokenizer_facts_count_the_bos_the_server_adds(tmp_path):
     assert tokenizer_facts(str(tmp_path))[0] == 1
     with pytest.raises(UsageError, match="no tokenizer.json"):
         tokenizer_facts(str(tmp_path / "nowhere"))
+
+
+def test_burstiness_inf_only_where_vllm_has_it():
+    t = BenchTraffic(num_prompts=3, request_rate=1.0, burstiness=math.inf)
+    with pytest.raises(UsageError, match="0.11.1"):
+        sample_bench(t, version=(0, 10, 1, 1), num_special=0, vocab_size=10)
+    assert sample_bench(t, version=(0, 11, 1), num_special=0, vocab_size=10).arrivals == pytest.approx((1, 2, 3))
+
+
+def test_vllm_0_9_sleeps_a_gap_after_each_request_without_rescaling():
+    # serve.py 0.9.2 get_request: yield, then sleep np.random.gamma(...) (no precomputed delays)
+    t = BenchTraffic(num_prompts=50, request_rate=4.0, burstiness=1.0, seed=5, random_input_len=100,
+                     random_output_len=10)
+    s = sample_bench(t, version=(0, 9, 2), num_special=1, vocab_size=32000)
+    ins, outs = vllm_0_10_1_random(5, 50, 100, 10, 0.0, 0, 32000, 1)  # same dataset rule as 0.10.1
+    gaps = [float(np.random.gamma(shape=1.0, scale=0.25)) for _ in range(50)]
+    expect = [0.0]
+    for g in gaps[:-1]:
+        expect.append(expect[-1] + g)
+    assert list(s.prompt_lens) == ins and list(s.arrivals) == pytest.approx(expect, abs=1e-12)
+    # 0.9.0 did not subtract the special tokens from --random-input-len
+    s0 = sample_bench(t, version=(0, 9, 0), num_special=1, vocab_size=32000)
+    assert set(s0.prompt_lens) == {100} and set(s.prompt_lens) == {99}

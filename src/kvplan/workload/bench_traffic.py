@@ -4,18 +4,21 @@ datasets and its arrival times, drawn as each vLLM version draws them.
 Read from the published wheels (``vllm/benchmarks/serve.py`` and ``datasets.py``; the repo script
 ``benchmarks/benchmark_serving.py`` of the same release samples the same way):
 
-- Arrivals (``get_request``, every version read, 0.10.0 … 0.33): ``--request-rate inf`` (the
-  default) sends every request at t = 0. Otherwise request i waits a gap drawn from
-  ``np.random.gamma(shape=burstiness, scale=1 / (rate · burstiness))`` (burstiness 1 = Poisson;
-  ``inf`` = constant gaps of 1 / rate, 0.11.1+), the gaps are summed, and the sums are rescaled so
-  that the last request goes out at exactly ``num_prompts / rate``. The draws come from numpy's
-  global legacy generator, seeded with ``--seed`` in ``main``.
-- ``random`` dataset, **0.10.1 and older**: ``np.random.seed(seed)`` again in the dataset; then, from
+- Arrivals (``get_request``): ``--request-rate inf`` (the default) sends every request at t = 0.
+  Otherwise the gaps are drawn from ``np.random.gamma(shape=burstiness, scale=1 / (rate ·
+  burstiness))`` (burstiness 1 = Poisson; ``inf`` = constant gaps of 1 / rate, 0.11.1+), from numpy's
+  global legacy generator seeded with ``--seed`` in ``main``. **0.10.0 and newer** draw one gap per
+  request up front, sum them (the first request waits its gap too) and rescale the sums so that the
+  last request goes out at exactly ``num_prompts / rate``. **0.9.x** sends request 0 at once and
+  sleeps one gap after each request (no rescaling: the run's length varies with the seed).
+- ``random`` dataset, **0.9.2 … 0.10.1**: ``np.random.seed(seed)`` again in the dataset; then, from
   that one global stream, the prefix tokens (``randint(0, vocab, prefix_len)`` when > 0), the input
   lengths ``randint(int(L·(1-r)), int(L·(1+r)) + 1, n)`` with ``L = random_input_len - num_special``,
   the output lengths likewise from ``random_output_len``, and one token offset per request
   (``randint(0, vocab, n)``). The arrival gaps are drawn after these, from the same stream: with a
   finite rate the arrival times depend on the vocabulary size (the tokenizer's ``vocab_size``).
+  **0.9.0** (0.9.1 not read) drew the same way but from ``L = random_input_len`` (the special
+  tokens not subtracted).
 - ``random`` dataset, **0.10.2 and newer**: a private ``np.random.default_rng(seed)``; bounds
   ``floor(L·(1-r))`` … ``ceil(L·(1+r))`` (outputs at least 1); input lengths, output lengths and
   offsets drawn in that order (the prefix after them). The arrivals then come from the global
@@ -147,6 +150,9 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
     offsets, whose draws shift the arrival stream before 0.10.2). ``sharegpt_pairs(n, seed)``
     supplies (prompt, output) lengths for the sharegpt dataset."""
     t.validate()
+    if math.isinf(t.burstiness) and not math.isinf(t.request_rate) and tuple(version) < (0, 11, 1):
+        raise UsageError(f"--burstiness inf (constant gaps) came with vLLM 0.11.1; vLLM {'.'.join(map(str, version))} "
+                         "draws np.random.gamma(shape=inf), which fails")
     np = _numpy()
     n = t.num_prompts
     legacy = legacy_random_rule(version)
@@ -154,7 +160,7 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
     py = random.Random(t.seed)
     prefix = 0
     if t.dataset_name == "random":
-        real = max(0, t.random_input_len - num_special)
+        real = max(0, t.random_input_len - (num_special if tuple(version) >= (0, 9, 2) else 0))
         r = t.random_range_ratio
         if legacy:
             lo_i, hi_i = int(real * (1 - r)), int(real * (1 + r))
@@ -191,7 +197,8 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
         pairs = sharegpt_pairs(n, t.seed, t.sharegpt_output_len)
         prompts = [p for p, _ in pairs]
         outs = [o for _, o in pairs]
-    arrivals = arrival_offsets(n, t.request_rate, t.burstiness, glob if glob is not None else py)
+    arrivals = arrival_offsets(n, t.request_rate, t.burstiness, glob if glob is not None else py,
+                               rescale=tuple(version) >= (0, 10, 0))
     rule = ("vLLM <= 0.10.1: numpy's global generator, int() bounds" if legacy and t.dataset_name == "random"
             else "vLLM >= 0.10.2: numpy default_rng(seed) for lengths, global generator for arrivals")
     if t.dataset_name == "sharegpt":
@@ -199,12 +206,22 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
     return BenchSample(tuple(prompts), tuple(outs), tuple(arrivals), prefix, exact=np is not None, rule=rule)
 
 
-def arrival_offsets(n: int, rate: float, burstiness: float, gen) -> list[float]:
+def arrival_offsets(n: int, rate: float, burstiness: float, gen, rescale: bool = True) -> list[float]:
     """``get_request``'s send times: gamma gaps (one draw per request, in order), summed, then
-    rescaled so the last is ``n / rate``. ``gen`` is a numpy RandomState (exact) or a
+    rescaled so the last is ``n / rate`` (0.10+); without ``rescale`` (0.9.x) request 0 goes at once
+    and each later one a gap after the previous. ``gen`` is a numpy RandomState (exact) or a
     ``random.Random`` (the same law)."""
     if math.isinf(rate):
         return [0.0] * n
+    if not rescale:
+        out, t = [], 0.0
+        for _ in range(n):
+            out.append(t)
+            if isinstance(gen, random.Random):
+                t += gen.gammavariate(burstiness, 1.0 / (rate * burstiness))
+            else:
+                t += float(gen.gamma(shape=burstiness, scale=1.0 / (rate * burstiness)))
+        return out
     delays: list[float] = []
     for _ in range(n):
         if math.isinf(burstiness):
