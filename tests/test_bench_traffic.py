@@ -341,3 +341,37 @@ def test_vllm_0_9_sleeps_a_gap_after_each_request_without_rescaling():
     # 0.9.0 did not subtract the special tokens from --random-input-len
     s0 = sample_bench(t, version=(0, 9, 0), num_special=1, vocab_size=32000)
     assert set(s0.prompt_lens) == {100} and set(s.prompt_lens) == {99}
+
+
+def test_tune_takes_vllm_bench_traffic(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    prof = tmp_path / "step.json"
+    StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0, per_token_s=0.0,
+                    per_attn_pair_s=0.0, source="test: 10 ms per step").save(prof)
+    args = ["--model", "qwen2.5-0.5b", "--gpu", "H100", "--kv-cache-memory-bytes", str(105 * 196_608),
+            "--gpu-memory-utilization", "0.9", "--max-num-seqs", "64", "--kv-cache-dtype", "auto",
+            "--processes", "1", "--profile", str(prof), "--slo", "ttft_p99=5s", "--format", "json",
+            "--from-bench-cmd", "vllm bench serve --model qwen2.5-0.5b --num-prompts 20 --random-input-len 100 "
+            "--random-output-len 50 --max-concurrency 4"]
+    env = dict(os.environ, COLUMNS="160", KVPLAN_OFFLINE="1")
+    p = subprocess.run([sys.executable, "-m", "kvplan.cli.main", "tune", *args], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["trace"]["requests"] == 20 and "max concurrency 4" in d["trace"]["source"]
+
+
+def test_cli_from_serve_cmd_fills_the_plan_and_explicit_flags_win():
+    serve = "vllm serve qwen2.5-7b --max-model-len 4096 --max-num-seqs 16 --no-enable-prefix-caching -tp 2"
+    d = json.loads(_cli(["--gpu", "H100", "--from-serve-cmd", serve, "--num-prompts", "5", "-f", "json"]).output)
+    c = d["config"]
+    assert (c["max_model_len"], c["max_num_seqs"], c["tensor_parallel_size"]) == (4096, 16, 2)
+    assert c["enable_prefix_caching"] is False and d["bench"]["completed"] == 5
+    d = json.loads(_cli(["--gpu", "H100", "--from-serve-cmd", serve, "--max-num-seqs", "8", "--num-prompts", "5",
+                         "-f", "json"]).output)
+    assert d["config"]["max_num_seqs"] == 8
+    bad = _cli(["--gpu", "H100", "--from-serve-cmd", "vllm serve m --enable-lora", "--num-prompts", "5"])
+    assert bad.exit_code == 2 and "--enable-lora" in bad.output
