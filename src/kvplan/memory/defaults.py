@@ -17,17 +17,21 @@ ABSOLUTE_POSITION_MODELS = {"gpt2", "opt", "bloom", "mpt", "gpt_bigcode", "gptj_
 MODEL_DTYPES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4}
 
 
-def resolve_model_dtype(spec: ModelSpec, requested: str, gpu: Gpu, device: str) -> str:
+def resolve_model_dtype(spec: ModelSpec, requested: str, gpu: Gpu, device: str,
+                        sem: Optional[VllmSemantics] = None) -> str:
     """``vllm/config/model.py::_resolve_auto_dtype``: ``auto`` takes config.json's torch_dtype,
-    but float32 checkpoints are served in bf16 (fp16 on GPUs without bf16, sm < 80)."""
+    but float32 checkpoints are downcast on every platform, CPU included
+    (:meth:`VllmSemantics.float32_auto_dtype` has each version's choice)."""
     if requested not in ("auto", None):
         name = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(requested, requested)
         if name not in MODEL_DTYPES:
             raise UsageError(f"--dtype {requested}: expected auto, float16, bfloat16 or float32")
         return name
     dtype = spec.torch_dtype if spec.torch_dtype in MODEL_DTYPES else "bfloat16"
-    if dtype == "float32" and device == "cuda":
-        return "bfloat16" if (gpu.sm or 80) >= 80 else "float16"
+    if dtype == "float32":
+        from .semantics import semantics
+
+        return (sem or semantics()).float32_auto_dtype(device, gpu.sm, spec.model_type)
     if dtype == "bfloat16" and device == "cuda" and gpu.sm is not None and gpu.sm < 80:
         return "float16"
     return dtype

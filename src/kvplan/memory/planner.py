@@ -217,7 +217,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     warnings: list[str] = []
     notes: list[str] = []
 
-    model_dtype = resolve_model_dtype(spec, req.dtype, gpu, req.device)
+    model_dtype = resolve_model_dtype(spec, req.dtype, gpu, req.device, sem)
     dtype_bytes = MODEL_DTYPES[model_dtype]
     quant = _quantization(req)
     kv = resolve_kv_dtype(spec, req.kv_cache_dtype, model_dtype)

@@ -59,6 +59,22 @@ class VllmSemantics:
         """V1 before 0.8 sized MLA pages with the K/V factor 2 (fixed by PR #14462)."""
         return self.engine == "V1" and self.version < (0, 8)
 
+    # --- model dtype -------------------------------------------------------------------------
+    def float32_auto_dtype(self, device: str, sm: int | None, model_type: str) -> str:
+        """What ``--dtype auto`` serves a float32 checkpoint in (``_get_and_verify_dtype``).
+        From 0.10.1 (``_resolve_auto_dtype``) the platform's first supported dtype, on every
+        platform: bf16 on CUDA sm 8.0+ and on x86/aarch64 CPUs, fp16 on sm 6.0-7.5. Before, the
+        rule was "the common practice": float16 (bfloat16 for Gemma 2), and the CPU backend then
+        cast float16 to bfloat16. Always 2 bytes: a float32 checkpoint is never served in float32
+        unless --dtype float32 asks for it."""
+        if self.version >= (0, 10, 1):
+            if device == "cpu":
+                return "bfloat16"
+            return "bfloat16" if (sm or 80) >= 80 else "float16"
+        if device == "cpu" or model_type == "gemma2":
+            return "bfloat16"
+        return "float16"
+
     # --- budget --------------------------------------------------------------------------------
     @property
     def default_gpu_memory_utilization(self) -> float:
