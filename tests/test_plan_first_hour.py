@@ -62,3 +62,28 @@ def test_fp32_downcast_follows_each_version(tmp_path, version, device, gpu, expe
     d = plan_json(*args)
     assert d["flags"]["dtype"] == expected
     assert d["kv"]["bytes_per_token_per_gpu"] == 1024
+
+
+# --- finding 16: versions outside what kvplan has read, engines a version does not have ----------
+
+@pytest.mark.parametrize("args,needle", [
+    (("--vllm-version", "0.99"), "kvplan follows vLLM 0.6 to 0.33; 0.99 is newer"),
+    (("--vllm-version", "0.5"), "kvplan follows vLLM 0.6 to 0.33; 0.5 is older"),
+    (("--engine", "v0", "--vllm-version", "0.11"), "vLLM 0.11 has no V0 engine"),
+    (("--engine", "v1", "--vllm-version", "0.6.4"), "vLLM 0.6.4 has no V1 engine"),
+])
+def test_unsupported_versions_and_engines_are_usage_errors(args, needle):
+    out = kvplan("plan", "--model", "llama-3.1-8b", "--gpu", "H100", *args)
+    assert out.returncode == 2, out.stdout
+    assert needle in out.stderr
+
+
+def test_a_log_from_a_newer_vllm_is_planned_with_the_nearest_rules_and_says_so(tmp_path):
+    text = (FIXTURES / "vllm_cpu").glob("*.log")
+    log = next(iter(sorted(text)))
+    newer = tmp_path / "newer.log"
+    newer.write_text(log.read_text().replace("0.32.0", "0.40.1"))
+    cfg = write_config(tmp_path, TINY_FP32)
+    d = plan_json("--model", str(cfg), "--from-log", str(newer))
+    assert d["vllm_semantics"] == "0.33"
+    assert any("vLLM 0.40.1 is newer than any version kvplan follows" in n for n in d["notes"])

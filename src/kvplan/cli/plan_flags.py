@@ -78,9 +78,14 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     from ..memory import PlanRequest
 
     flags_from_log: dict = log.args if log is not None else {}
+    version_notes: tuple[str, ...] = ()
     if log is not None:
         model = model or log.model
-        vllm_version = vllm_version or log.vllm_version
+        if not vllm_version and log.vllm_version:
+            from ..memory.semantics import nearest_supported_version
+
+            vllm_version, note = nearest_supported_version(log.vllm_version)
+            version_notes = (f"{note} (read from {log.path or 'the log'})",) if note else ()
     if not model:
         raise UsageError("--model is required" + (" (or a --from-log whose args name the model)"
                                                   if log is not None else ""))
@@ -135,6 +140,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         gpus_per_node=gpus_per_node,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
         kv_memory_source=source,
+        notes=version_notes,
     )
     if log is not None and source == "log":
         per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)

@@ -84,6 +84,7 @@ class PlanRequest:
     engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
     kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
     measured: Optional[dict] = None
+    notes: tuple[str, ...] = ()  # said by whoever built the request (e.g. a log's version fallback)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     tp, pp, dp = req.tensor_parallel_size, req.pipeline_parallel_size, req.data_parallel_size
     errors: list[admission.StartupError] = []
     warnings: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = list(req.notes)
 
     model_dtype = resolve_model_dtype(spec, req.dtype, gpu, req.device, sem)
     dtype_bytes = MODEL_DTYPES[model_dtype]

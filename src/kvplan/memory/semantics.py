@@ -14,19 +14,58 @@ from dataclasses import dataclass
 from ..errors import UsageError
 
 LATEST = (0, 33)
+#: the oldest version whose rules kvplan follows (docs/vllm-semantics.md: 0.6.4 is the oldest log replayed)
+EARLIEST = (0, 6)
 Version = tuple[int, ...]
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def parse_version(text: str | None) -> Version:
+def _label(v: Version) -> str:
+    return ".".join(str(p) for p in v)
+
+
+SUPPORTED_RANGE = f"{_label(EARLIEST)} to {_label(LATEST)}"
+
+
+def _read_version(text: str, what: str) -> Version:
+    m = _VERSION.match(str(text).strip())
+    if not m:
+        raise UsageError(f"{what}: cannot read {text!r} (expected e.g. 0.33, 0.11.0, 0.6.4)")
+    return tuple(int(p) for p in m.groups() if p is not None)
+
+
+def parse_version(text: str | None, what: str = "--vllm-version") -> Version:
+    """A version kvplan has the rules of; anything outside EARLIEST..LATEST is a usage error (a
+    version kvplan has not read would be planned with rules it cannot vouch for)."""
     if text is None or str(text).strip() in ("", "latest"):
         return LATEST
-    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
-    if not m:
-        raise UsageError(f"--vllm-version: cannot read {text!r} (expected e.g. 0.33, 0.11.0, 0.6.4)")
-    parts = tuple(int(p) for p in m.groups() if p is not None)
-    if parts < (0, 4):
-        raise UsageError(f"--vllm-version {text}: kvplan follows vLLM 0.4 and newer")
+    parts = _read_version(text, what)
+    if parts[:2] < EARLIEST:
+        raise UsageError(f"{what} {text}: kvplan follows vLLM {SUPPORTED_RANGE}; {text} is older than any "
+                         "version whose rules it has read")
+    if parts[:2] > LATEST:
+        raise UsageError(f"{what} {text}: kvplan follows vLLM {SUPPORTED_RANGE}; {text} is newer than any "
+                         f"version whose rules it has read (give --vllm-version {_label(LATEST)} to plan with "
+                         "the newest rules, knowingly)")
     return parts
+
+
+def nearest_supported_version(text: str | None) -> tuple[str | None, str | None]:
+    """For a version read from a log or a server (not typed by the user): the nearest version
+    kvplan follows, and a note saying so when it is not the version itself. Unreadable: (None, None)."""
+    if text is None:
+        return None, None
+    try:
+        parts = _read_version(text, "version")
+    except UsageError:
+        return None, None
+    if parts[:2] < EARLIEST:
+        return _label(EARLIEST), f"vLLM {text} is older than any version kvplan follows: planned with vLLM " \
+                                 f"{_label(EARLIEST)} rules (the nearest)"
+    if parts[:2] > LATEST:
+        return _label(LATEST), f"vLLM {text} is newer than any version kvplan follows: planned with vLLM " \
+                               f"{_label(LATEST)} rules (the nearest)"
+    return str(text), None
 
 
 @dataclass(frozen=True)
@@ -204,4 +243,11 @@ class VllmSemantics:
 def semantics(version: str | None = None, engine: str | None = None) -> VllmSemantics:
     if engine is not None and engine.upper() not in ("V0", "V1"):
         raise UsageError(f"--engine must be v0 or v1, got {engine!r}")
-    return VllmSemantics(parse_version(version), engine.upper() if engine else None)
+    v = parse_version(version)
+    if engine is not None:
+        if engine.upper() == "V0" and v >= (0, 11):
+            raise UsageError(f"--engine v0: vLLM {_label(v)} has no V0 engine (it was removed in 0.11; the last "
+                             "version with V0 is 0.10.2)")
+        if engine.upper() == "V1" and v < (0, 7):
+            raise UsageError(f"--engine v1: vLLM {_label(v)} has no V1 engine (it came in 0.7)")
+    return VllmSemantics(v, engine.upper() if engine else None)

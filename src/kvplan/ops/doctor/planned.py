@@ -21,6 +21,7 @@ from ...errors import UsageError
 from ...hardware import GIB, custom_gpu
 from ...memory import PlanRequest, PlanResult, plan
 from ...memory.compare import compare_with_log
+from ...memory.semantics import nearest_supported_version
 from ...memory.startup_log import StartupLog
 from ...models import ModelSpec, catalog, load_model
 
@@ -100,7 +101,7 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
     total = int(log.total_gpu_memory_gib * GIB) if log.total_gpu_memory_gib else None
     # Without the GPU's size the plan still holds: every KV figure comes from the measured memory.
     gpu = custom_gpu(total, "GPU from log") if total else custom_gpu(80 * GIB, "GPU (size not in log)")
-    version = vllm_version or log.vllm_version
+    version = vllm_version or nearest_supported_version(log.vllm_version)[0]
     engine = engine or log.engine
     if version is None and engine == "V0":
         version = V0_DEFAULT_VERSION
