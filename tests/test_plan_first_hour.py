@@ -87,3 +87,32 @@ def test_a_log_from_a_newer_vllm_is_planned_with_the_nearest_rules_and_says_so(t
     d = plan_json("--model", str(cfg), "--from-log", str(newer))
     assert d["vllm_semantics"] == "0.33"
     assert any("vLLM 0.40.1 is newer than any version kvplan follows" in n for n in d["notes"])
+
+
+# --- finding 5: a CPU log is a CPU plan; profile --url --log plans with the log's KV memory --------
+
+def tiny_llama_config(tmp_path: Path) -> Path:
+    meta = json.loads((FIXTURES / "vllm_cpu" / "healthy_startup.json").read_text())["model"]
+    cfg = dict(meta["config"], architectures=meta["architectures"], model_type=meta["model_type"],
+               vocab_size=meta["vocab_size"], torch_dtype="float32")
+    return write_config(tmp_path, cfg)
+
+
+def test_plan_from_a_cpu_log_plans_the_cpu_backend(tmp_path):
+    d = plan_json("--model", str(tiny_llama_config(tmp_path)), "--from-log",
+                  str(FIXTURES / "vllm_cpu" / "healthy_startup.log"))
+    assert d["flags"]["device"] == "cpu" and d["kv"]["block_size"] == 128
+    assert d["kv"]["num_gpu_blocks"] == 4096 == d["measured"]["num_gpu_blocks_implied"]
+    assert d["kv"]["log_lines"][0].startswith("CPU KV cache size: 524,288 tokens")
+
+
+def test_profile_url_with_log_plans_with_the_logs_kv_memory(tmp_path):
+    from kvplan.cli.profile import plan_for_server
+
+    args = ["--model", str(tiny_llama_config(tmp_path)), "--device", "cpu", "--dtype", "float32",
+            "--max-model-len", "2048"]
+    log = FIXTURES / "vllm_cpu" / "healthy_startup.log"
+    planned = plan_for_server(args, log)
+    assert planned.memory.source == "log" and planned.kv.num_gpu_blocks == 4096
+    # the user's own --kv-cache-memory still wins over the log
+    assert plan_for_server([*args, "--kv-cache-memory", "2GiB"], log).kv.num_gpu_blocks == 8192

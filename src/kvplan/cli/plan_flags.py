@@ -81,6 +81,8 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     version_notes: tuple[str, ...] = ()
     if log is not None:
         model = model or log.model
+        if log.device == "cpu" and device == "cuda":
+            device = "cpu"  # the log is the CPU backend's (its block size, its KV line): plan that
         if not vllm_version and log.vllm_version:
             from ..memory.semantics import nearest_supported_version
 
@@ -97,7 +99,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     elif gpu:
         g = find_gpu(gpu)
     elif log is not None and log.total_gpu_memory_gib:
-        g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "GPU from log")
+        g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "CPU from log" if device == "cpu" else "GPU from log")
     elif device == "cpu":
         g = custom_gpu(parse_size("16GiB"), "CPU")
     else:

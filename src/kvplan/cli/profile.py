@@ -71,12 +71,7 @@ def profile_cmd(
             raise UsageError("--launch needs the plan flags (as for kvplan plan), e.g. --model ./my-model --gpu H100")
         if not 0 < gpu_memory_limit <= 1:
             raise UsageError(f"--gpu-memory-limit {gpu_memory_limit}: a share of the GPU, in (0, 1]")
-        if plan_args:
-            from .plan_flags import plan_from_args
-
-            plan_result = plan_from_args(plan_args)
-        else:
-            plan_result = None
+        plan_result = plan_for_server(plan_args, log if url else None)
         log_text = None
         if url and log is not None:
             from ..memory.startup_log import read_log_text
@@ -113,6 +108,25 @@ def profile_cmd(
         raise typer.Exit(130)
     _write(result, fmt, output)
     raise typer.Exit(0 if result.ok else 1)
+
+
+#: plan flags that already say how much KV memory the server has
+_KV_MEMORY_FLAGS = ("--from-log", "--kv-cache-memory", "--kv-cache-memory-bytes")
+
+
+def plan_for_server(plan_args: list[str], log: Optional[Path]):
+    """The plan a server is measured against (None without plan flags). With the server's log
+    (``--url URL --log FILE``) the plan takes the KV memory the log states ("Explicitly set ... GiB
+    for KV cache", "Available KV cache memory") as ``plan --from-log`` does, unless the plan flags
+    already give it: the log is a measurement of this very server, an estimate is not."""
+    if not plan_args:
+        return None
+    from .plan_flags import plan_from_args
+
+    given = any(a == f or a.startswith(f + "=") for a in plan_args for f in _KV_MEMORY_FLAGS)
+    if log is not None and not given:
+        plan_args = [*plan_args, "--from-log", str(log)]
+    return plan_from_args(plan_args)
 
 
 def _write(result, fmt: str, output: Optional[Path]) -> None:

@@ -36,6 +36,7 @@ class StartupLog:
     available_kv_by_rank: dict[int, float] = field(default_factory=dict)  # where the prefix names the rank
     kv_cache_tokens: Optional[int] = None
     kv_pool: Optional[str] = None  # GPU / CPU
+    device: Optional[str] = None  # "cpu" when the log is the CPU backend's (its KV line, its KV space line)
     concurrency_len: Optional[int] = None
     max_concurrency: Optional[float] = None
     num_gpu_blocks: Optional[int] = None
@@ -172,6 +173,7 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 if rank:
                     log.available_kv_by_rank[int(rank.group(1))] = _f(g[0])
             elif name == "cpu_set":
+                log.device = "cpu"  # cpu_worker.py: "Explicitly/Auto set (x/y) GiB for KV cache"
                 log.available_kv_gib.append(_f(g[0]))
                 log.total_gpu_memory_gib = log.total_gpu_memory_gib or _f(g[1])
             elif name == "v0_table_total":
@@ -189,6 +191,8 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 log.gpu_memory_utilization = _f(g[0])
             elif name == "kv_tokens":
                 log.kv_pool, log.kv_cache_tokens = g[0], int(_f(g[1]))
+                if g[0] == "CPU":
+                    log.device = "cpu"
             elif name == "concurrency":
                 log.concurrency_len, log.max_concurrency = int(_f(g[0])), _f(g[1])
             elif name == "blocks":
@@ -212,6 +216,8 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 log.vllm_version = log.vllm_version or g[1]
                 cfg = _config_line(g[2])
                 log.model = log.model or cfg.get("model")
+                if cfg.get("device_config") == "cpu":
+                    log.device = "cpu"
                 for key in ("tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization",
                             "kv_cache_dtype", "enforce_eager"):
                     if key in cfg and key not in log.args:
