@@ -116,3 +116,99 @@ def test_profile_url_with_log_plans_with_the_logs_kv_memory(tmp_path):
     assert planned.memory.source == "log" and planned.kv.num_gpu_blocks == 4096
     # the user's own --kv-cache-memory still wins over the log
     assert plan_for_server([*args, "--kv-cache-memory", "2GiB"], log).kv.num_gpu_blocks == 8192
+
+
+# --- finding 3: weights that do not fit; the smallest layout for every FAILS ---------------------
+
+def test_weights_larger_than_the_gpu_fail_with_cuda_oom_and_the_smallest_layout():
+    d = plan_json("--model", "llama-3.1-405b", "--gpu", "H100")
+    s = d["startup"]
+    assert s["ok"] is False and s["error_kind"] == "weights_oom"
+    assert "CUDA out of memory while loading the model weights: 756.02 GiB of weights per GPU" in s["error"]
+    assert "79.19 GiB" in s["error"] and "No available memory for the cache blocks" not in s["error"]
+    f = s["fits_with"]
+    assert f["found"] and (f["tensor_parallel_size"], f["pipeline_parallel_size"], f["gpus_per_replica"]) == (8, 2, 16)
+    assert f["nodes"] == 2 and f["max_model_len"] == 131072 and "TP first, then PP" in f["rule"]
+    assert "--tensor-parallel-size 8 --pipeline-parallel-size 2" in f["serve_command"]
+    out = kvplan("plan", "--model", "llama-3.1-405b", "--gpu", "H100")
+    assert "TP 8 × PP 2 = 16 H100-SXM5-80GB GPUs (2 nodes of 8)" in " ".join(out.stdout.split())
+
+
+def test_every_fails_verdict_says_how_many_gpus_it_takes():
+    # KV admission at the asked length: TP 2 cannot hold 131,072 tokens of Llama-3.1-70B
+    s = plan_json("--model", "llama-3.1-70b", "--gpu", "H100", "-tp", "2", "--max-model-len", "131072",
+                  "--gpu-memory-utilization", "0.95")["startup"]
+    assert s["error_kind"] == "max_model_len_too_large"
+    assert (s["fits_with"]["tensor_parallel_size"], s["fits_with"]["pipeline_parallel_size"]) == (4, 1)
+    # a length above the model's limit: no layout helps, and it says so
+    s = plan_json("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+                  "--max-model-len", "8192")["startup"]
+    assert s["fits_with"]["found"] is False and "no number of GPUs" in s["fits_with"]["reason"]
+
+
+# --- finding 7: a FAILS verdict never offers the failing command; --strict; simulate agrees -------
+
+def test_fails_verdict_offers_a_command_that_starts_never_the_failing_one():
+    out = kvplan("plan", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "3")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "verdict: FAILS" in text and "must be divisible by tensor parallel size (3)" in text
+    assert "--tensor-parallel-size 3" not in text
+    assert "run this instead: TP 2 × PP 1 on 2 GPUs" in text and "--tensor-parallel-size 2" in text
+    d = plan_json("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "3")
+    assert d["serve_command_starts"] is False
+    md = kvplan("plan", "--format", "markdown", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB",
+                "-tp", "3").stdout
+    assert "--tensor-parallel-size 3" not in md and "## Run this instead" in md
+
+
+def test_strict_exits_1_on_fails_and_simulate_agrees(tmp_path):
+    args = ("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "3")
+    strict = kvplan("plan", "--strict", *args)
+    assert strict.returncode == 1 and "verdict: FAILS" in strict.stdout
+    assert kvplan("plan", "--strict", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB",
+                  "-tp", "4", "--max-model-len", "4096").returncode == 0
+    sim = kvplan("simulate", *args, "--rate", "1", "--input-len", "100", "--output-len", "10",
+                 "--num-requests", "5")
+    assert sim.returncode == 1
+    assert "verdict FAILS" in sim.stderr and "must be divisible by tensor parallel size (3)" in sim.stderr
+    assert "TP 2 × PP 1" in sim.stderr
+    help_text = kvplan("plan", "--help").stdout
+    assert "Exit codes" in help_text and "--strict" in help_text
+    # --serve-config writes what starts (the layout offered), never the failing flags
+    cfg = tmp_path / "serve.yaml"
+    assert kvplan("plan", *args, "--serve-config", str(cfg)).returncode == 0
+    assert "tensor-parallel-size: 2" in cfg.read_text()
+
+
+# --- finding 10 (first half): what-if rows of a failing plan say the length they were planned at -
+
+def test_what_if_rows_of_a_failing_plan_name_the_fallback_length():
+    args = ("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4", "--max-model-len", "8192")
+    d = plan_json(*args)
+    assert d["what_if_at_fallback_length"] is True and d["what_if_max_model_len"] == 4096
+    assert d["what_if"] and all(w["max_model_len"] == 4096 for w in d["what_if"])
+    caption = "planned at --max-model-len 4,096, the fallback length: 8,192 fails"
+    assert caption in " ".join(kvplan("plan", *args).stdout.split())
+    assert caption in kvplan("plan", "--format", "markdown", *args).stdout
+    ok = plan_json("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+                   "--max-model-len", "4096")
+    assert ok["what_if_at_fallback_length"] is False
+
+
+# --- finding 11: a verdict inside the estimate's error is borderline, with what settles it -------
+
+def test_a_verdict_inside_the_estimates_error_is_borderline():
+    args = ("--model", "llama-3.1-8b", "--gpu-memory", "35GiB")
+    s = plan_json(*args)["startup"]
+    assert s["ok"] is False and s["error_kind"] == "max_model_len_too_large"
+    assert s["borderline"] is True and -s["estimate_error_gib"] <= s["kv_margin_gib"] < 0
+    assert "--from-log" in s["settle_with"] and "--kv-cache-memory" in s["settle_with"]
+    text = " ".join(kvplan("plan", *args).stdout.split())
+    assert "verdict: FAILS (borderline)" in text and "vLLM may start after all" in text
+    assert "vLLM refuses to start. It would print" not in text
+    md = kvplan("plan", "--format", "markdown", *args).stdout
+    assert "fails at start-up (borderline)" in md and "--from-log" in md
+    # far outside the band: a flat verdict; measured KV memory: never borderline
+    assert plan_json("--model", "llama-3.1-8b", "--gpu-memory", "30GiB")["startup"]["borderline"] is False
+    assert plan_json(*args, "--kv-cache-memory", "15.5GiB")["startup"]["borderline"] is False

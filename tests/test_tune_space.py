@@ -65,13 +65,13 @@ def test_listed_max_model_len_below_the_workload_is_dropped_and_counted():
 
 def test_configs_that_cannot_start_are_pruned_with_vllms_error_kind():
     t = _Trace([(1000, 512)] * 10)
-    # 8 GPUs: at TP 1 the 138 GB of fp16 weights exceed 0.9 × 79 GiB; from TP 2 (69 GB per GPU) on,
-    # some KV memory is left. 64 heads divide by every power of two.
+    # 8 GPUs: at TP 1 the 138 GB of fp16 weights exceed the 79 GiB GPU (vLLM's CUDA OOM while
+    # loading them); from TP 2 (69 GB per GPU) on, some KV memory is left. 64 heads divide by every power of two.
     space = TuneSpace(max_num_seqs=(128,), gpu_memory_utilization=(0.9,), kv_cache_dtype=("auto",), gpus=(8,))
     cands, pruned, _ = expand(_base(), space, t)
     assert sorted((c.request.tensor_parallel_size, c.data_parallel_size) for c in cands) == [(2, 4), (4, 2), (8, 1)]
-    assert dict(pruned.by_reason) == {"no_kv_memory": 1}
-    assert "cache blocks" in dict(pruned.examples)["no_kv_memory"]
+    assert dict(pruned.by_reason) == {"weights_oom": 1}
+    assert "CUDA out of memory while loading the model weights" in dict(pruned.examples)["weights_oom"]
     assert all(c.gpus == 8 for c in cands)
 
 

@@ -62,9 +62,14 @@ def plan_cmd(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: a model folder, "
                                             "tokenizer.json or pkg:NAME to count the requests' tokens."),
     serve_config: Optional[Path] = typer.Option(None, "--serve-config", help="Write the YAML for "
-                                                "`vllm serve --config FILE` to this file."),
+                                                "`vllm serve --config FILE` to this file (on FAILS: the "
+                                                "configuration kvplan offers instead, if any)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when the verdict is FAILS (for CI)."),
 ) -> None:
-    """Exact vLLM memory and KV-cache accounting: will it start, how many requests fit, what to run."""
+    """Exact vLLM memory and KV-cache accounting: will it start, how many requests fit, what to run.
+
+    Exit codes: 0 the plan was computed (STARTS, or FAILS without --strict); 1 FAILS with
+    --strict, or --serve-config on a FAILS verdict with nothing that starts; 2 usage errors."""
     flags = {k: v for k, v in locals().items() if k not in pf.OUTPUT_OPTIONS}
     try:
         result, log = pf.plan_from_flags(**flags)
@@ -74,14 +79,24 @@ def plan_cmd(
 
             traffic = traffic_for_plan(requests, model or (log.model if log is not None else None), result, tokenizer)
         if serve_config is not None:
+            from ..report._common import run_block
+
+            run = run_block(result)
+            if run is None:
+                _render(result, fmt, compact, traffic)
+                _fail(UsageError(f"--serve-config {serve_config}: not written: the verdict is FAILS and no "
+                                 "configuration kvplan tried starts"), code=1)
+                return
             try:
-                serve_config.write_text(result.serve_config_yaml, encoding="utf-8")
+                serve_config.write_text(run[2], encoding="utf-8")
             except OSError as exc:
                 raise UsageError(f"--serve-config {serve_config}: cannot write: {exc}") from None
     except UsageError as exc:
         _fail(exc)
         return
     _render(result, fmt, compact, traffic)
+    if strict and not result.startup.ok:
+        raise typer.Exit(1)
 
 
 def _render(result, fmt: Format, compact: bool, traffic=None) -> None:

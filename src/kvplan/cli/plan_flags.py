@@ -161,7 +161,7 @@ PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pi
              "gpus_per_node", "disable_hybrid_kv_cache_manager")
 
 #: ``kvplan plan``'s parameters that shape its output, not the plan
-OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config")
+OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config", "strict")
 
 
 def plan_flags_of(values: Mapping[str, Any], *, skip_none: bool = False) -> dict:

@@ -119,7 +119,12 @@ def simulate_cmd(
 
         plan_result = plan(req, what_ifs=False)
         if not plan_result.startup.ok:
-            _fail(UsageError(f"the plan does not start: {plan_result.startup.error}"), code=1)
+            # the same verdict as `kvplan plan` (FAILS), with the same way out
+            from ..report._common import layout_fit_text
+
+            fit = layout_fit_text(plan(req, what_ifs=False, fit_search=True))
+            _fail(UsageError(f"the plan does not start (kvplan plan: verdict FAILS): {plan_result.startup.error}"
+                             + (f" {fit}" if fit else "")), code=1)
         prof = StepTimeProfile.load(profile) if profile else None
 
         trace = make_trace(rate)

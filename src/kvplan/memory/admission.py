@@ -110,6 +110,20 @@ def free_memory_below_requested(sem: VllmSemantics, free: int, total: int, util:
     return StartupError("free_memory", text)
 
 
+def weights_do_not_fit(weights_bytes: int, total_bytes: int, preexisting_bytes: int, tp: int, pp: int,
+                       device: str = "cuda") -> StartupError:
+    """vLLM loads every weight onto the GPU before it profiles memory (``load_model``): weights
+    larger than the GPU end in torch's CUDA OOM there, not in a KV-cache message. torch's own text
+    names the one tensor it failed on, which kvplan cannot know; this says what it means."""
+    gib = 1 << 30
+    where = "CUDA" if device == "cuda" else device.upper()
+    return StartupError("weights_oom", (
+        f"torch.OutOfMemoryError: {where} out of memory while loading the model weights: "
+        f"{weights_bytes / gib:.2f} GiB of weights per GPU (TP {tp} × PP {pp}) do not fit in the GPU's "
+        f"{total_bytes / gib:.2f} GiB ({preexisting_bytes / gib:.2f} GiB of it already taken by the CUDA context). "
+        "vLLM fails in load_model, before it profiles memory or sizes a KV cache."))
+
+
 def largest_fitting_len(needed_for: Callable[[int], int], budget: int, upper: int) -> int:
     """vLLM's binary search: the largest L' in [1, upper] whose KV need fits the budget (0 if none)."""
     if needed_for(1) > budget:

@@ -14,6 +14,7 @@ from ..hardware import GIB, Gpu
 from ..models import params as mparams
 from ..models.spec import ChunkedLocalAttention, ModelSpec, Quantization
 from . import admission
+from .borderline import SETTLE, error_band_bytes, is_borderline
 from .budget import BudgetTerms, estimate_budget
 from .defaults import (
     MODEL_DTYPES,
@@ -208,8 +209,10 @@ def _log_lines(sem: VllmSemantics, device: str, s: _Sizing, cpu_blocks: int) -> 
     return (blocks,)
 
 
-def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
-    """Compute vLLM's start-up memory and KV-cache numbers for one configuration."""
+def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = None) -> PlanResult:
+    """Compute vLLM's start-up memory and KV-cache numbers for one configuration. ``what_ifs``
+    adds the what-if rows; ``fit_search`` (default: with the what-ifs) the smallest TP × PP that
+    starts a failing configuration, and whether the serve command offered starts."""
     _validate(req)
     sem = semantics(req.vllm_version, req.engine)
     spec, gpu = req.model, req.gpu
@@ -291,6 +294,10 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
         if free < b0.requested_bytes:
             errors.append(admission.free_memory_below_requested(sem, free, gpu.memory_bytes, util,
                                                                b0.requested_bytes))
+    weights_oom = req.device == "cuda" and b0.weights_bytes + b0.preexisting_bytes > gpu.memory_bytes
+    if weights_oom:
+        errors.append(admission.weights_do_not_fit(b0.weights_bytes, gpu.memory_bytes, b0.preexisting_bytes,
+                                                   tp, pp))
 
     # --- blocks, admission, auto-fit -----------------------------------------------------------
     sizing = _size(layout, sem, L, mnbt, in_flight, available, req.num_gpu_blocks_override)
@@ -321,7 +328,9 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
                 mnbt = default_mnbt(L)
             sizing = _size(layout, sem, L, mnbt, in_flight, available, req.num_gpu_blocks_override)
 
-    if sizing.check_memory <= 0 or sizing.num_blocks <= 0:
+    if weights_oom:
+        pass  # vLLM never gets as far as sizing the KV cache
+    elif sizing.check_memory <= 0 or sizing.num_blocks <= 0:
         errors.append(admission.no_memory_for_cache_blocks(sem))
     elif not tokens_fit(L):
         suggested = min(max_fit, L)
@@ -391,16 +400,34 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
     if first_error and first_error.kind in CONFIG_ERRORS:
         notes.append("vLLM stops at its configuration checks, before it profiles memory or logs a KV cache line; "
                      "the KV figures show what the rest of the configuration would give.")
+    margin = None
+    if sem.engine == "V1" and not weights_oom and not (first_error and first_error.kind in CONFIG_ERRORS):
+        margin = sizing.check_memory - needed_for(L)
+    band = error_band_bytes(gpu.memory_bytes) if source == "estimate" else None
+    kv_verdict = first_error is None or first_error.kind in ("max_model_len_too_large", "no_kv_memory")
+    borderline = bool(band is not None and margin is not None and kv_verdict and is_borderline(margin, gpu.memory_bytes))
+    search = what_ifs if fit_search is None else fit_search
+    fits_with = None
+    if errors and search:
+        from .layout_fit import smallest_fitting_layout
+
+        fits_with = smallest_fitting_layout(req, first_error.kind, lambda r: plan(r, what_ifs=False, fit_search=False))
     startup = StartupInfo(ok=not errors, error=first_error.message if first_error else None,
                           error_kind=first_error.kind if first_error else None,
                           suggested_max_model_len=suggested, max_fitting_model_len=int(max_fit),
-                          warnings=tuple(warnings))
+                          warnings=tuple(warnings), fits_with=fits_with,
+                          kv_margin_gib=_gib(margin) if margin is not None else None,
+                          estimate_error_gib=_gib(band) if band is not None else None,
+                          borderline=borderline, settle_with=SETTLE if borderline else None)
 
     run_len = L
     if first_error and first_error.kind in ("max_model_len_too_large", "max_model_len_above_derived") and suggested:
         run_len = suggested
         notes.append(f"The serve command uses --max-model-len {suggested}: the largest length vLLM accepts here; "
                      f"{L} fails at start-up.")
+    serve_starts = not errors
+    if errors and run_len != L and search:
+        serve_starts = plan(replace(req, max_model_len=run_len), what_ifs=False, fit_search=False).startup.ok
     flags = _serve_flags(req, util, run_len, mns, model_dtype)
     argv = serve_argv(spec.name, flags)
     resolved = ResolvedFlags(
@@ -426,6 +453,8 @@ def plan(req: PlanRequest, what_ifs: bool = True) -> PlanResult:
         naive=naive, serve_argv=tuple(argv), serve_command=display(argv),
         serve_config_yaml=serve_yaml(spec.name, flags), multi_node=multi_node(argv, tp, pp, req.gpus_per_node),
         notes=tuple(notes), measured=dict(req.measured or {}),
+        serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
+        what_if_at_fallback_length=bool(what_ifs and run_len != L),
     )
 
 
@@ -503,5 +532,5 @@ def _what_ifs(req: PlanRequest, util: float, kv_name: str) -> list[WhatIf]:
         except UsageError:
             continue
         out.append(WhatIf(label, change, r.startup.ok, r.memory.available_kv_cache_gib, r.kv.kv_cache_tokens,
-                          r.kv.max_concurrency))
+                          r.kv.max_concurrency, r.flags.max_model_len))
     return out

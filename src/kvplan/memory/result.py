@@ -99,6 +99,25 @@ class KVInfo:
 
 
 @dataclass(frozen=True)
+class LayoutFit:
+    """The smallest TP × PP that starts the model at the asked max_model_len (kvplan.memory.layout_fit)."""
+
+    found: bool
+    tensor_parallel_size: Optional[int]
+    pipeline_parallel_size: Optional[int]
+    gpus_per_replica: Optional[int]
+    total_gpus: Optional[int]
+    nodes: Optional[int]
+    max_model_len: Optional[int]
+    serve_command: str
+    serve_argv: tuple[str, ...]
+    serve_config_yaml: str
+    rule: str
+    reason: str  # why there is none, when found is False
+    kv_memory_source: str  # "estimate": a measured KV memory belongs to the asked layout only
+
+
+@dataclass(frozen=True)
 class StartupInfo:
     ok: bool
     error: Optional[str]
@@ -106,6 +125,14 @@ class StartupInfo:
     suggested_max_model_len: Optional[int]
     max_fitting_model_len: int
     warnings: tuple[str, ...] = ()
+    fits_with: Optional[LayoutFit] = None  # on FAILS: the smallest layout that starts at the asked length
+    #: KV memory available for the admission check minus what one max_model_len request needs (V1)
+    kv_margin_gib: Optional[float] = None
+    #: the estimate's error band (kvplan.memory.borderline), when the KV memory is estimated
+    estimate_error_gib: Optional[float] = None
+    #: the verdict hangs on the KV margin and the margin is inside the band: it could go either way
+    borderline: bool = False
+    settle_with: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +152,7 @@ class WhatIf:
     available_kv_cache_gib: float
     kv_cache_tokens: int
     max_concurrency: float
+    max_model_len: Optional[int] = None  # the length the row was planned at (a failing plan's fallback)
 
 
 @dataclass(frozen=True)
@@ -165,6 +193,11 @@ class PlanResult:
     multi_node: Optional[MultiNode]
     notes: tuple[str, ...] = ()
     measured: dict = field(default_factory=dict)
+    #: whether vLLM starts with ``serve_command`` (False: the renderers never offer it as "run it")
+    serve_command_starts: bool = True
+    #: the max_model_len the what-if rows were planned at, and whether it is a fallback (the asked one fails)
+    what_if_max_model_len: Optional[int] = None
+    what_if_at_fallback_length: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

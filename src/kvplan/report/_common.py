@@ -40,3 +40,58 @@ def headline(r: PlanResult) -> str:
     par = f"TP {p.tensor_parallel_size}" + (f" × PP {p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
     dp = f", DP {p.data_parallel_size}" if p.data_parallel_size > 1 else ""
     return f"{r.model.id} on {gpus} ({par}{dp}) — vLLM {r.vllm_semantics} rules ({r.engine})"
+
+
+def verdict_title(r: PlanResult) -> str:
+    word = "STARTS" if r.startup.ok else "FAILS"
+    return f"verdict: {word}" + (" (borderline)" if r.startup.borderline else "")
+
+
+def borderline_text(r: PlanResult) -> str | None:
+    """Why a verdict inside the estimate's error could go either way, and what settles it."""
+    s = r.startup
+    if not s.borderline or s.kv_margin_gib is None:
+        return None
+    side = "short of" if s.kv_margin_gib < 0 else "above"
+    return (f"Borderline: the estimated KV memory is {abs(s.kv_margin_gib):.2f} GiB {side} what one "
+            f"{r.flags.max_model_len:,}-token request needs, inside the estimate's error of ±{s.estimate_error_gib:.2f} "
+            f"GiB, so vLLM may {'start' if s.kv_margin_gib < 0 else 'refuse'} after all. To settle it, {s.settle_with}.")
+
+
+def layout_fit_text(r: PlanResult) -> str | None:
+    """On a FAILS verdict: the smallest TP × PP (and GPU count) that starts at the asked length."""
+    f = r.startup.fits_with
+    if r.startup.ok or f is None:
+        return None
+    if not f.found:
+        return f"More GPUs: {f.reason}."
+    node = r.parallel.gpus_per_node
+    layout = f"TP {f.tensor_parallel_size} × PP {f.pipeline_parallel_size}"
+    dp = f" per replica, {f.total_gpus} in all" if r.parallel.data_parallel_size > 1 else ""
+    basis = " (KV memory estimated for that layout)" if f.kv_memory_source == "estimate" and r.memory.source != "estimate" else ""
+    return (f"Smallest layout that starts at max_model_len {f.max_model_len:,}: {layout} = {f.gpus_per_replica} "
+            f"{r.flags.gpu} GPU{'s' if f.gpus_per_replica != 1 else ''}{dp} ({f.nodes} node{'s' if f.nodes != 1 else ''} "
+            f"of {node}){basis}. Rule: {f.rule}.")
+
+
+def run_block(r: PlanResult) -> tuple[str, str, str] | None:
+    """(title, command, yaml) of the command to run, or None: a FAILS verdict never offers the
+    failing command. The asked configuration at the largest length that starts, else the
+    smallest layout that starts at the asked length."""
+    if r.serve_command_starts:
+        if r.startup.ok:
+            return "run it (vllm serve, or vllm serve --config FILE)", r.serve_command, r.serve_config_yaml
+        return (f"run it at --max-model-len {r.what_if_max_model_len or r.startup.suggested_max_model_len:,}: the "
+                f"largest length that starts ({r.flags.max_model_len:,} fails)", r.serve_command, r.serve_config_yaml)
+    f = r.startup.fits_with
+    if f is not None and f.found:
+        return (f"run this instead: TP {f.tensor_parallel_size} × PP {f.pipeline_parallel_size} on {f.gpus_per_replica} "
+                f"GPUs (the asked layout fails)", f.serve_command, f.serve_config_yaml)
+    return None
+
+
+def what_if_caption(r: PlanResult) -> str:
+    if r.what_if_at_fallback_length and r.what_if_max_model_len:
+        return (f"what if (each row planned at --max-model-len {r.what_if_max_model_len:,}, the fallback length: "
+                f"{r.flags.max_model_len:,} fails)")
+    return "what if"

@@ -2,17 +2,32 @@
 from __future__ import annotations
 
 from ..memory.result import PlanResult
-from ._common import headline, human_bytes, memory_segments
+from ._common import (
+    borderline_text,
+    headline,
+    human_bytes,
+    layout_fit_text,
+    memory_segments,
+    run_block,
+    what_if_caption,
+)
 
 
 def render_markdown(r: PlanResult) -> str:
     out: list[str] = [f"# kvplan: {headline(r)}", ""]
+    border = borderline_text(r)
+    tag = " (borderline)" if border else ""
     if r.startup.ok:
-        out.append("**Verdict: vLLM starts.**")
+        out.append(f"**Verdict: vLLM starts{tag}.**")
     else:
-        out += ["**Verdict: vLLM fails at start-up** with:", "", "```", r.startup.error or "", "```"]
+        out += [f"**Verdict: vLLM fails at start-up{tag}** with:", "", "```", r.startup.error or "", "```"]
         if r.startup.suggested_max_model_len:
             out.append(f"Suggested `--max-model-len {r.startup.suggested_max_model_len}`.")
+        fit = layout_fit_text(r)
+        if fit:
+            out += ["", fit]
+    if border:
+        out += ["", f"> {border}"]
     out += ["", "## KV cache", "", "```"] + list(r.kv.log_lines) + ["```", ""]
     k = r.kv
     out += ["| figure | value |", "|---|---|",
@@ -38,12 +53,17 @@ def render_markdown(r: PlanResult) -> str:
         out.append(f"| {row.max_model_len:,} | {row.max_concurrency:.2f}x | {row.kv_cache_tokens:,} | "
                    f"{'yes' if row.fits else 'no'} |")
     if r.what_if:
-        out += ["", "## What if", "", "| change | starts | KV GiB/GPU | KV tokens | concurrency |", "|---|:---:|---:|---:|---:|"]
+        out += ["", f"## {what_if_caption(r)[0].upper()}{what_if_caption(r)[1:]}", "", "| change | starts | KV GiB/GPU | KV tokens | concurrency |", "|---|:---:|---:|---:|---:|"]
         for w in r.what_if:
             out.append(f"| `{w.change}` | {'yes' if w.ok else 'no'} | {w.available_kv_cache_gib:.2f} | "
                        f"{w.kv_cache_tokens:,} | {w.max_concurrency:.2f}x |")
-    out += ["", "## Run it", "", "```bash", r.serve_command, "```", "", "```yaml", r.serve_config_yaml.rstrip(), "```"]
-    if r.multi_node:
+    run = run_block(r)
+    if run:
+        title, command, yaml = run
+        out += ["", f"## {title[0].upper()}{title[1:]}", "", "```bash", command, "```", "", "```yaml", yaml.rstrip(), "```"]
+    else:
+        out += ["", "## No serve command", "", "This configuration fails and no other layout kvplan tried starts it."]
+    if r.multi_node and r.serve_command_starts:
         mn = r.multi_node
         out += ["", f"**Multi-node:** {mn.note}", "", "```bash", "# head node", " ".join(mn.head_command),
                 "# each worker node", " ".join(mn.worker_command), "# then, on the head", " ".join(mn.serve_command), "```"]

@@ -7,7 +7,16 @@ from rich.table import Table
 from rich.text import Text
 
 from ..memory.result import PlanResult
-from ._common import headline, human_bytes, memory_segments
+from ._common import (
+    borderline_text,
+    headline,
+    human_bytes,
+    layout_fit_text,
+    memory_segments,
+    run_block,
+    verdict_title,
+    what_if_caption,
+)
 
 COLORS = ["blue", "magenta", "yellow", "cyan", "green", "bright_black", "white"]
 
@@ -28,15 +37,26 @@ def _bar(r: PlanResult, width: int = 60) -> Text:
 
 
 def _verdict(r: PlanResult) -> Panel:
+    border = borderline_text(r)
     if r.startup.ok:
         body = Text("vLLM starts with this configuration.", style="bold green")
-        return Panel(body, title="verdict: STARTS", border_style="green")
+        if border:
+            body.append(f"\n\n{border}", style="yellow")
+        return Panel(body, title=verdict_title(r), border_style="yellow" if border else "green")
     body = Text()
-    body.append("vLLM refuses to start. It would print:\n\n", style="bold red")
+    if border:
+        body.append("The estimate says vLLM refuses to start, printing:\n\n", style="bold yellow")
+    else:
+        body.append("vLLM refuses to start. It would print:\n\n", style="bold red")
     body.append(r.startup.error or "", style="red")
+    if border:
+        body.append(f"\n\n{border}", style="yellow")
     if r.startup.suggested_max_model_len:
         body.append(f"\n\nLargest max_model_len that fits: {r.startup.suggested_max_model_len:,}", style="bold")
-    return Panel(body, title="verdict: FAILS", border_style="red")
+    fit = layout_fit_text(r)
+    if fit:
+        body.append(f"\n\n{fit}", style="bold")
+    return Panel(body, title=verdict_title(r), border_style="yellow" if border else "red")
 
 
 def render_table(r: PlanResult, compact: bool = False, console: Console | None = None) -> None:
@@ -57,8 +77,10 @@ def render_table(r: PlanResult, compact: bool = False, console: Console | None =
     figures.add_row("KV cache tokens", f"{k.kv_cache_tokens:,}")
     figures.add_row(f"Max concurrency at {k.max_concurrency_for_tokens:,} tokens", f"{k.max_concurrency:.2f}x")
     con.print(figures)
+    run = run_block(r)
     if compact:
-        con.print(Text(r.serve_command, style="bold cyan"))
+        if run:
+            con.print(Text(run[1], style="bold cyan"))
         return
     con.print(Panel(_bar(r), title=f"memory per GPU ({m.total_gib_per_gpu:.2f} GiB as CUDA reports it)"))
     if r.naive:
@@ -83,16 +105,21 @@ def render_table(r: PlanResult, compact: bool = False, console: Console | None =
         cap.add_row(*cells)
     con.print(cap)
     if r.what_if:
-        wi = Table(title="what if")
+        wi = Table(title=what_if_caption(r))
         for col in ("change", "starts", "KV GiB/GPU", "KV tokens", "concurrency"):
             wi.add_column(col, justify="right")
         for w in r.what_if:
             wi.add_row(w.change, "yes" if w.ok else "no", f"{w.available_kv_cache_gib:.2f}", f"{w.kv_cache_tokens:,}",
                        f"{w.max_concurrency:.2f}x")
         con.print(wi)
-    parts = [Text(r.serve_command, style="bold cyan"), Text(""), Text(r.serve_config_yaml.rstrip(), style="dim")]
-    con.print(Panel(Group(*parts), title="run it (vllm serve, or vllm serve --config FILE)"))
-    if r.multi_node:
+    if run:
+        title, command, yaml = run
+        parts = [Text(command, style="bold cyan"), Text(""), Text(yaml.rstrip(), style="dim")]
+        con.print(Panel(Group(*parts), title=title))
+    else:
+        con.print(Text("No serve command: this configuration fails and no other layout kvplan tried starts it.",
+                       style="bold red"))
+    if r.multi_node and r.serve_command_starts:
         mn = r.multi_node
         con.print(Panel(f"{mn.note}\n\nhead:   {' '.join(mn.head_command)}\nworker: {' '.join(mn.worker_command)}\n"
                         f"serve:  {' '.join(mn.serve_command)}", title=f"multi-node: {mn.nodes} nodes"))
