@@ -212,3 +212,29 @@ def test_a_verdict_inside_the_estimates_error_is_borderline():
     # far outside the band: a flat verdict; measured KV memory: never borderline
     assert plan_json("--model", "llama-3.1-8b", "--gpu-memory", "30GiB")["startup"]["borderline"] is False
     assert plan_json(*args, "--kv-cache-memory", "15.5GiB")["startup"]["borderline"] is False
+
+
+# --- finding 10 (second half): fp8 KV on Ampere, one rule for plan and tune -------------------
+
+def test_fp8_kv_on_a100_one_rule_for_plan_and_tune():
+    d = plan_json("--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--kv-cache-dtype", "fp8")
+    assert d["startup"]["ok"] and d["kv"]["bytes_per_token_per_gpu"] == 65536
+    assert any("no native fp8" in w for w in d["startup"]["warnings"])
+    out = kvplan("tune", "--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--gpus", "1", "--kv-cache-dtype",
+                 "auto,fp8", "--max-num-seqs", "64", "--rate", "1", "--num-requests", "50", "--input-len", "100",
+                 "--output-len", "20", "--format", "json", "--processes", "1")
+    assert out.returncode == 0, out.stderr
+    t = json.loads(out.stdout)
+    assert t["pruned"]["total"] == 0
+    assert {r["flags"]["kv_cache_dtype"] for r in t["ranked"]} == {"bfloat16", "fp8"}
+
+
+def test_fp8_kv_on_a100_under_vllm_0_10_is_the_v0_engine_or_refused():
+    # vLLM 0.8-0.10: V1 took fp8 KV only with FlashAttention 3 on Hopper; elsewhere V0 (or an error if V1 forced)
+    d = plan_json("--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--kv-cache-dtype", "fp8", "--vllm-version", "0.10")
+    assert d["engine"] == "V0" and any("falls back to the V0 engine" in n for n in d["notes"])
+    assert plan_json("--model", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-dtype", "fp8",
+                     "--vllm-version", "0.10")["engine"] == "V1"
+    s = plan_json("--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--kv-cache-dtype", "fp8", "--vllm-version", "0.10",
+                  "--engine", "v1")["startup"]
+    assert not s["ok"] and s["error"] == "VLLM_USE_V1=1 is not supported with --kv-cache-dtype."

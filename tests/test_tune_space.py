@@ -83,13 +83,20 @@ def test_tp_that_does_not_divide_the_heads_is_pruned_as_tp_heads():
     assert cands == [] and dict(pruned.by_reason) == {"tp_heads": 2}
 
 
-def test_fp8_only_on_gpus_that_support_it():
+def test_fp8_follows_the_plans_rule_for_each_gpu_and_version():
+    # vLLM 0.33 starts an fp8 KV cache on an A100 too (Triton/FlashInfer convert it in the kernel): the
+    # plan's rule (VllmSemantics.fp8_kv_cache), not "needs sm 8.9", decides what tune tries.
     t = _Trace([(1000, 512)])
     space = TuneSpace(max_num_seqs=(64,), gpu_memory_utilization=(0.9,), kv_cache_dtype=("auto", "fp8"),
                       gpu=("A100-80GB", "H100"))
     cands, pruned, _ = expand(_base(), space, t)
     got = sorted((c.plan.flags.gpu, c.plan.flags.kv_cache_dtype) for c in cands)
-    assert got == [("A100-SXM4-80GB", "float16"), ("H100-SXM5-80GB", "float16"), ("H100-SXM5-80GB", "fp8")]
+    assert got == [("A100-SXM4-80GB", "float16"), ("A100-SXM4-80GB", "fp8"), ("H100-SXM5-80GB", "float16"),
+                   ("H100-SXM5-80GB", "fp8")]
+    assert pruned.total == 0
+    # vLLM 0.10 with V1 forced: its V1 took fp8 KV only on Hopper, so the A100 fp8 configuration is refused
+    cands, pruned, _ = expand(_base(vllm_version="0.10", engine="v1"), space, t)
+    assert ("A100-SXM4-80GB", "fp8") not in {(c.plan.flags.gpu, c.plan.flags.kv_cache_dtype) for c in cands}
     assert dict(pruned.by_reason) == {FP8_UNSUPPORTED: 1}
 
 

@@ -118,7 +118,7 @@ def tune_cmd(
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="Without --gpus: the replicas of every TP."),
     dtype: pf.Dtype = "auto",
     quantization: pf.Quantization = None,
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="e.g. auto,fp8 (fp8 only on GPUs that support it) [default: auto,fp8]."),
+    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="e.g. auto,fp8 (the plan's rule for fp8 on each GPU and vLLM version) [default: auto,fp8]."),
     gpu_memory_utilization: Optional[str] = typer.Option(None, "--gpu-memory-utilization", help="[default: 0.9,0.95]"),
     max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="e.g. 4K,8K; default: what the workload needs."),
     max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="e.g. 32,64,256 ('default' = vLLM's) [default: 64,128,256]."),

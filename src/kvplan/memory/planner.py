@@ -225,9 +225,18 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
     dtype_bytes = MODEL_DTYPES[model_dtype]
     quant = _quantization(req)
     kv = resolve_kv_dtype(spec, req.kv_cache_dtype, model_dtype)
-    if kv.element_bytes < 2 and req.device == "cuda" and not gpu.supports_fp8 and kv.name.startswith("fp8"):
-        warnings.append(f"{gpu.name} has no native fp8: vLLM stores an fp8 KV cache but converts it in the "
-                        "attention kernel (slower).")
+    if kv.name.startswith("fp8") and req.device == "cuda":
+        fp8 = sem.fp8_kv_cache(gpu.sm, req.device, req.engine is not None)
+        if fp8 == "refused":
+            errors.append(admission.StartupError(
+                "fp8_kv_unsupported", "VLLM_USE_V1=1 is not supported with --kv-cache-dtype."))
+        elif fp8 == "v0_fallback":
+            sem = replace(sem, engine_override="V0")
+            notes.append(f"vLLM {sem.label} runs an fp8 KV cache on V1 only with FlashAttention 3 on Hopper: on "
+                         f"{gpu.name} (sm {gpu.sm}) it falls back to the V0 engine, and this plan follows V0's rules.")
+        if fp8 in ("converted", "v0_fallback") or (gpu.sm is None and not gpu.supports_fp8):
+            warnings.append(f"{gpu.name} has no native fp8: vLLM stores an fp8 KV cache but converts it in the "
+                            "attention kernel (slower).")
 
     derived_len, _ = derive_max_model_len(spec, sem)
     auto_fit = req.max_model_len == -1

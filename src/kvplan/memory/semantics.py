@@ -114,6 +114,27 @@ class VllmSemantics:
             return "bfloat16"
         return "float16"
 
+    def fp8_kv_cache(self, sm: int | None, device: str, engine_forced: bool) -> str:
+        """What ``--kv-cache-dtype fp8`` does on a CUDA GPU of compute capability ``sm`` — one rule
+        for plan and tune:
+
+        * ``native``: sm 8.9+ stores and computes fp8.
+        * ``converted``: vLLM starts, stores fp8 (1 byte) and converts in the attention kernel: V0's
+          paged attention (XFormers), and V1 from 0.11 (Triton, or FlashInfer where installed,
+          when FlashAttention 3 is not there: ``(has_sink or use_fp8_kv_cache) and not sm90``).
+        * ``v0_fallback``: 0.7-0.10 V1 took fp8 KV only with FlashAttention 3 on Hopper (and
+          Blackwell from 0.10): ``_is_v1_supported_oracle`` fell back to the V0 engine.
+        * ``refused``: the same, with V1 forced (VLLM_USE_V1=1 / --engine v1): vLLM raises
+          "VLLM_USE_V1=1 is not supported with --kv-cache-dtype."
+        """
+        if device != "cuda" or sm is None:
+            return "native"
+        if self.engine == "V1" and (0, 7) <= self.version < (0, 11):
+            hopper_or_blackwell = sm == 90 or (sm >= 100 and self.version >= (0, 10))
+            if not hopper_or_blackwell:
+                return "refused" if engine_forced else "v0_fallback"
+        return "native" if sm >= 89 else "converted"
+
     # --- budget --------------------------------------------------------------------------------
     @property
     def default_gpu_memory_utilization(self) -> float:

@@ -174,7 +174,7 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
                     for mml in mmls:
                         for mns in space.max_num_seqs:
                             for mnbt in space.max_num_batched_tokens:
-                                if kv.startswith("fp8") and not gpu.supports_fp8:
+                                if kv.startswith("fp8") and _fp8_refused(base, gpu):
                                     yield None, dp, FP8_UNSUPPORTED
                                     continue
                                 if mml < floor:
@@ -237,9 +237,20 @@ def expand(base: "PlanRequest", space: TuneSpace, trace: "Trace", plan_all=None)
     return out, pruned, floor
 
 
+def _fp8_refused(base, gpu) -> bool:
+    """The planner's rule (VllmSemantics.fp8_kv_cache): vLLM refuses an fp8 KV cache only where V1
+    is forced on a version whose V1 took fp8 KV on Hopper alone; elsewhere it starts (converting
+    in the kernel below sm 8.9), and the plan says so."""
+    from ..memory.semantics import semantics
+
+    return semantics(base.vllm_version, base.engine).fp8_kv_cache(gpu.sm, base.device, base.engine is not None) \
+        == "refused"
+
+
 def _skip_text(why: str, floor: int) -> str:
     if why == FP8_UNSUPPORTED:
-        return "fp8 KV cache needs compute capability 8.9+ (Ada, Hopper, Blackwell) or MI300; skipped on this GPU"
+        return ("fp8 KV cache refused by this vLLM version on this GPU (V1 forced; its V1 took fp8 KV only with "
+                "FlashAttention 3 on Hopper)")
     return f"below the workload's need of {floor:,} tokens (prompt + output)"
 
 
