@@ -238,3 +238,85 @@ def test_fp8_kv_on_a100_under_vllm_0_10_is_the_v0_engine_or_refused():
     s = plan_json("--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--kv-cache-dtype", "fp8", "--vllm-version", "0.10",
                   "--engine", "v1")["startup"]
     assert not s["ok"] and s["error"] == "VLLM_USE_V1=1 is not supported with --kv-cache-dtype."
+
+
+# --- finding 17: hub failures, missing folders, configs without a length, custom GPU memory -----
+
+@pytest.fixture
+def stub_hub():
+    """A stand-in for the Hugging Face hub on 127.0.0.1 that answers as the hub does for a gated
+    repository, a missing one and one without config.json (the X-Error-Code header huggingface_hub
+    classifies). A fake, because the real hub is a network service the tests must not depend on."""
+    import http.server
+    import threading
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            code, error = 404, "RepoNotFound"
+            if "gated-model" in self.path:
+                code, error = 403, "GatedRepo"
+            elif "no-config" in self.path:
+                code, error = 404, "EntryNotFound"
+            self.send_response(code)
+            self.send_header("X-Error-Code", error)
+            self.send_header("X-Error-Message", "stub hub")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_GET = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _online(endpoint: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVPLAN_OFFLINE", "HF_HUB_OFFLINE", "HF_TOKEN")}
+    env.update(HF_ENDPOINT=endpoint, HF_HUB_CACHE=str(tmp_path / "hf"), HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+               HF_HUB_DISABLE_TELEMETRY="1", COLUMNS="120")
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", "plan", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+@pytest.mark.parametrize("model,needle", [
+    ("someorg/gated-model", "the repository is gated on the Hugging Face hub"),
+    ("someorg/missing-model", "no such repository on the Hugging Face hub"),
+    ("someorg/no-config", "has no config.json"),
+])
+def test_hub_failures_each_have_their_own_message(stub_hub, tmp_path, model, needle):
+    out = _online(stub_hub, tmp_path, "--model", model, "--gpu", "H100")
+    assert out.returncode == 2 and needle in out.stderr and "Unknown model" not in out.stderr
+
+
+def test_unreachable_hub_and_missing_folder_are_named(tmp_path):
+    out = _online("http://127.0.0.1:9", tmp_path, "--model", "someorg/some-model", "--gpu", "H100")
+    assert out.returncode == 2 and "hub (http://127.0.0.1:9) is unreachable" in out.stderr
+    out = kvplan("plan", "--model", "./nonexistent-dir", "--gpu", "H100")
+    assert out.returncode == 2 and "./nonexistent-dir: no such file or directory" in out.stderr
+    assert "Unknown model" not in out.stderr
+
+
+def test_config_without_a_length_warns_as_vllm_does(tmp_path):
+    cfg = dict(TINY_FP32)
+    del cfg["max_position_embeddings"]
+    path = write_config(tmp_path, cfg)
+    d = plan_json("--model", str(path), "--gpu", "H100")
+    assert d["flags"]["max_model_len"] == 2048
+    assert any("Assuming the model's maximum length is 2048" in w for w in d["startup"]["warnings"])
+    d = plan_json("--model", str(path), "--gpu", "H100", "--max-model-len", "8192")
+    assert d["startup"]["ok"] and d["flags"]["max_model_len"] == 8192  # vLLM takes it as given
+    assert any("takes --max-model-len 8192 as given" in w for w in d["startup"]["warnings"])
+
+
+def test_custom_gpu_memory_is_labelled_as_such():
+    d = plan_json("--model", "llama-3.1-8b", "--gpu", "H100", "--gpu-memory", "24GiB")
+    assert d["flags"]["gpu"] == "H100-SXM5-80GB with 24.00 GiB (custom memory)"
+    assert any("a H100-SXM5-80GB (its compute capability" in n for n in d["notes"])
+    out = kvplan("plan", "--model", "llama-3.1-8b", "--gpu-memory", "24", "--compact")
+    assert "on 24.00 GiB GPU" in out.stdout and "on 24 GPU" not in out.stdout

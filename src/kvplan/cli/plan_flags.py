@@ -78,7 +78,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     from ..memory import PlanRequest
 
     flags_from_log: dict = log.args if log is not None else {}
-    version_notes: tuple[str, ...] = ()
+    version_notes: tuple[str, ...] = ()  # notes for the plan: a log's version fallback, a custom GPU memory
     if log is not None:
         model = model or log.model
         if log.device == "cpu" and device == "cuda":
@@ -95,7 +95,20 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
 
     spec = load_model(model)
     if gpu_memory:
-        g = custom_gpu(parse_size(gpu_memory, "--gpu-memory"), name=gpu or f"{gpu_memory} GPU")
+        size = parse_size(gpu_memory, "--gpu-memory")
+        label = f"{size / (1 << 30):.2f} GiB"
+        if gpu:
+            from dataclasses import replace as _replace
+
+            base_gpu = find_gpu(gpu)
+            g = _replace(base_gpu, name=f"{base_gpu.name} with {label} (custom memory)", memory_bytes=size,
+                         aliases=())
+            version_notes += (f"--gpu {gpu} --gpu-memory {gpu_memory}: a {base_gpu.name} (its compute capability, "
+                              f"bandwidth and FLOP/s) with {label} of memory instead of its "
+                              f"{base_gpu.memory_gib:.2f} GiB (a MIG slice, a partition, or memory other processes "
+                              "hold); every memory figure uses the given size.",)
+        else:
+            g = custom_gpu(size, name=f"{label} GPU")
     elif gpu:
         g = find_gpu(gpu)
     elif log is not None and log.total_gpu_memory_gib:

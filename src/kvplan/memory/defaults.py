@@ -92,10 +92,27 @@ def derive_max_model_len(spec: ModelSpec, sem: VllmSemantics) -> tuple[int, str]
     return int(derived), key
 
 
+NO_LENGTH_KEY_WARNING = ("The model's config.json does not contain any of the keys to determine the original "
+                         "maximum length of the model. Assuming the model's maximum length is 2048.")
+
+
+def no_length_key_warning(spec: ModelSpec, user_len: Optional[int]) -> Optional[str]:
+    """vLLM's warning (``_get_and_verify_max_len``) when config.json names no length, and what was
+    assumed: 2048 (before RoPE scaling), or the given --max-model-len, which vLLM then takes as is."""
+    if spec.max_len_keys:
+        return None
+    if user_len not in (None, -1):
+        return (f"config.json names no maximum length (max_position_embeddings, n_positions, max_seq_len, "
+                f"seq_length, model_max_length): vLLM takes --max-model-len {user_len} as given, unchecked.")
+    return NO_LENGTH_KEY_WARNING + " (vLLM's warning; kvplan assumed the same 2,048 tokens.)"
+
+
 def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[int]) -> tuple[int, Optional[StartupError]]:
     derived, key = derive_max_model_len(spec, sem)
     if user_len is None or user_len == -1:
         return derived, None
+    if key == "default":
+        return user_len, None  # no length key at all: vLLM takes --max-model-len as given
     model_max_length = spec.max_len_keys.get("model_max_length")
     if user_len > derived and not (model_max_length is not None and user_len <= model_max_length):
         # From 0.12 every RoPE model carries rope_parameters, and vLLM multiplies the derived

@@ -23,6 +23,7 @@ from .defaults import (
     check_max_model_len,
     default_block_size,
     derive_max_model_len,
+    no_length_key_warning,
     resolve_kv_dtype,
     resolve_model_dtype,
 )
@@ -239,6 +240,11 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
                             "attention kernel (slower).")
 
     derived_len, _ = derive_max_model_len(spec, sem)
+    no_key = no_length_key_warning(spec, req.max_model_len)
+    if no_key:
+        warnings.append(no_key)
+        if req.max_model_len not in (None, -1):
+            derived_len = req.max_model_len
     auto_fit = req.max_model_len == -1
     L, len_error = check_max_model_len(spec, sem, req.max_model_len)
     if len_error:

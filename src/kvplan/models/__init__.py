@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UnknownModelError
+from ..errors import UnknownModelError, UsageError
 from . import catalog
 from .hf_config import load_config_file, spec_from_config
 from .spec import (
@@ -21,18 +21,29 @@ from .spec import (
 )
 
 
+def _looks_like_a_path(name: str) -> bool:
+    """./x, ../x, /x, ~/x, x/ or more than one slash: a path, never a hub id (org/name)."""
+    return name.startswith((".", "/", "~")) or name.endswith(("/", "\\")) or name.count("/") > 1
+
+
 def load_model(name: str) -> ModelSpec:
     """A model by config.json path, model folder, catalog id/alias, or (online) hub id."""
     path = Path(name).expanduser()
     if path.exists() or name.endswith(".json"):
         return load_config_file(path)
+    if _looks_like_a_path(name):
+        raise UsageError(f"--model {name}: no such file or directory (a model folder or config.json was expected; "
+                         "hub ids look like org/name)")
     entry = catalog.find(name)
     if entry is not None:
         return spec_from_config(entry.config(), f"catalog:{entry.id}", name=entry.id,
                                 published_params=entry.published_params, aliases=entry.aliases)
-    from .hub import fetch_config
+    from .hub import HubError, fetch_config
 
-    fetched = fetch_config(name)
+    try:
+        fetched = fetch_config(name)
+    except HubError as exc:
+        raise UsageError(f"--model {name}: {exc.reason}") from None
     if fetched is not None:
         spec = load_config_file(fetched)
         return spec_from_config(spec.raw, f"hub:{name}", name=name)

@@ -26,8 +26,18 @@ def _reachable(endpoint: str, timeout: float = 2.0) -> bool:
         return False
 
 
+class HubError(Exception):
+    """The hub was asked for a model's config.json and said no; ``reason`` says how."""
+
+    def __init__(self, model_id: str, reason: str):
+        self.model_id, self.reason = model_id, reason
+        super().__init__(f"model {model_id!r}: {reason}")
+
+
 def fetch_config(model_id: str) -> Optional[Path]:
-    """Path of the cached config.json, or None when the hub is unavailable or offline."""
+    """Path of the cached config.json; None when the hub is not to be asked (offline, no
+    ``hub`` extra, not a hub id). A hub that is asked and fails raises :class:`HubError` naming
+    the failure: unreachable, gated, no such repository, no config.json, another HTTP error."""
     if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("KVPLAN_OFFLINE") == "1":
         return None
     if "/" not in model_id:
@@ -42,8 +52,27 @@ def fetch_config(model_id: str) -> Optional[Path]:
     except Exception:  # not cached yet
         pass
     if not _reachable(constants.ENDPOINT):
-        return None
+        raise HubError(model_id, f"not in kvplan's catalog, and the Hugging Face hub ({constants.ENDPOINT}) is "
+                                 "unreachable from here: pass a local config.json or model folder, or retry online")
     try:
         return Path(hf_hub_download(model_id, "config.json", etag_timeout=5))
-    except Exception:  # any hub failure (404, gated, network) means "not found"
-        return None
+    except Exception as exc:  # noqa: BLE001 - classified below, never swallowed
+        raise HubError(model_id, _why(exc, constants.ENDPOINT)) from None
+
+
+def _why(exc: Exception, endpoint: str) -> str:
+    from huggingface_hub import errors
+
+    if isinstance(exc, errors.GatedRepoError):
+        return ("the repository is gated on the Hugging Face hub: accept its licence on the model page and log in "
+                "(HF_TOKEN or `hf auth login`), or pass a local config.json")
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return (f"no such repository on the Hugging Face hub ({endpoint}), or it is private and you are not logged "
+                "in: check the id (see `kvplan models` for the catalog)")
+    if isinstance(exc, (errors.EntryNotFoundError, getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError))):
+        return "the repository exists on the Hugging Face hub but has no config.json (not a transformers model?)"
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return "the Hugging Face hub has no such revision of the repository"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    detail = f"HTTP {status}" if status else type(exc).__name__
+    return f"the Hugging Face hub failed to serve its config.json ({detail}: {str(exc).splitlines()[0][:200]})"
