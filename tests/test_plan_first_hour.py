@@ -29,6 +29,11 @@ def plan_json(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
+def flat(text: str) -> str:
+    """Terminal output as one line: rich's box edges and line wraps removed."""
+    return " ".join(text.replace("│", " ").split())
+
+
 def write_config(tmp_path: Path, cfg: dict, name: str = "config.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(cfg))
@@ -320,3 +325,63 @@ def test_custom_gpu_memory_is_labelled_as_such():
     assert any("a H100-SXM5-80GB (its compute capability" in n for n in d["notes"])
     out = kvplan("plan", "--model", "llama-3.1-8b", "--gpu-memory", "24", "--compact")
     assert "on 24.00 GiB GPU" in out.stdout and "on 24 GPU" not in out.stdout
+
+
+# --- finding 20: --version, help texts, LO > HI, no <bool>, preflight --url reads the server ------
+
+def test_version_and_help_texts():
+    out = kvplan("--version")
+    assert out.returncode == 0 and out.stdout.startswith("kvplan ") and "0.6 to 0.33" in out.stdout
+    plan_help = kvplan("plan", "--help").stdout
+    assert "<bool>" not in plan_help
+    for words in ("--dtype <str> Weights and activations", "--quantization -q <str> vLLM's --quantization",
+                  "--gpu-memory-utilization <float> Share of each GPU's memory"):
+        assert words in flat(plan_help), words
+    profile_help = flat(kvplan("profile", "--help").stdout)
+    assert "Plan flags" in profile_help and "--tensor-parallel-size, -tp" in profile_help
+    assert "--kv-cache-memory" in profile_help
+
+
+def test_uniform_with_lo_above_hi_says_so():
+    out = kvplan("simulate", "--model", "llama-3.1-8b", "--gpu", "H100", "--input-len", "uniform:1200,800",
+                 "--rate", "1", "--num-requests", "5")
+    assert out.returncode == 2 and "LO > HI (1200 > 800)" in out.stderr and "cannot read" not in out.stderr
+
+
+@pytest.fixture
+def stub_vllm_version():
+    """A stand-in that answers only vLLM's GET /version (as the real CPU server does, 0.32.0); the
+    rest of preflight then fails to profile it, which is not what this test is about."""
+    import http.server
+    import threading
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"version": "0.32.0"}' if self.path == "/version" else b"{}"
+            self.send_response(200 if self.path == "/version" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_preflight_url_follows_the_servers_version_and_takes_its_log(stub_vllm_version, tmp_path):
+    cfg = tiny_llama_config(tmp_path)
+    log = FIXTURES / "vllm_cpu" / "healthy_startup.log"
+    out = kvplan("preflight", "--url", stub_vllm_version, "--log", str(log), "--model", str(cfg), "--device", "cpu",
+                 "--dtype", "float32", "--max-model-len", "2048", "--format", "json", timeout=300)
+    assert out.returncode in (0, 1), out.stderr
+    d = json.loads(out.stdout)
+    assert d["plan"]["vllm_semantics"] == "0.32.0"
+    assert d["plan"]["num_gpu_blocks"] == 4096  # the log's 1 GiB of KV memory, not an estimate
+    assert "vLLM 0.32.0 read from" in json.dumps(d)
+    assert kvplan("preflight", "--log", str(log), "--dry-run", "--model", str(cfg), "--device", "cpu").returncode == 2

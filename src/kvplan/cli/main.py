@@ -23,6 +23,40 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="kvplan: vLLM-exact GPU memory and KV-cache planning.")
 
 
+def _flags_take_no_value() -> None:
+    """typer 0.29 prints a ``<bool>`` type after on/off flags (``--enforce-eager <bool>``), which
+    reads as if the flag took a value; it takes none, so its type column stays empty."""
+    from typer.core import TyperOption
+
+    show = getattr(TyperOption, "display_type_rich", None)
+    if show is None or getattr(show, "_kvplan_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else show(self, ctx)
+
+    display_type_rich._kvplan_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        from ..memory.semantics import SUPPORTED_RANGE
+
+        typer.echo(f"kvplan {__version__} (vLLM rules {SUPPORTED_RANGE})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print kvplan's version and exit.")) -> None:
+    """kvplan: vLLM-exact GPU memory and KV-cache planning."""
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"

@@ -22,29 +22,61 @@ Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name from the cat
 GpuMemory = Annotated[Optional[str], typer.Option(
     "--gpu-memory", help="Total memory of one GPU as CUDA reports it, e.g. 79.19GiB.")]
 Device = Annotated[str, typer.Option("--device", help="cuda, or cpu for vLLM's CPU backend.")]
-TensorParallelSize = Annotated[int, typer.Option("--tensor-parallel-size", "-tp")]
-PipelineParallelSize = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp")]
-DataParallelSize = Annotated[int, typer.Option("--data-parallel-size", "-dp")]
-Dtype = Annotated[str, typer.Option("--dtype")]
-Quantization = Annotated[Optional[str], typer.Option("--quantization", "-q")]
-KvCacheDtype = Annotated[str, typer.Option("--kv-cache-dtype")]
-GpuMemoryUtilization = Annotated[Optional[float], typer.Option("--gpu-memory-utilization")]
+TensorParallelSize = Annotated[int, typer.Option(
+    "--tensor-parallel-size", "-tp", help="GPUs each layer is split over (must divide the attention heads).")]
+PipelineParallelSize = Annotated[int, typer.Option(
+    "--pipeline-parallel-size", "-pp", help="Pipeline stages (the layers split into consecutive groups).")]
+DataParallelSize = Annotated[int, typer.Option("--data-parallel-size", "-dp", help="Replicas of the model.")]
+Dtype = Annotated[str, typer.Option(
+    "--dtype", help="Weights and activations: auto (config.json's torch_dtype; float32 checkpoints served in "
+    "bf16/fp16 as vLLM does), float16, bfloat16 or float32.")]
+Quantization = Annotated[Optional[str], typer.Option(
+    "--quantization", "-q", help="vLLM's --quantization: the checkpoint's own method (read from config.json when "
+    "omitted), or online fp8 / bitsandbytes.")]
+KvCacheDtype = Annotated[str, typer.Option(
+    "--kv-cache-dtype", help="auto (the model dtype), fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla, … as vLLM names them.")]
+GpuMemoryUtilization = Annotated[Optional[float], typer.Option(
+    "--gpu-memory-utilization", help="Share of each GPU's memory vLLM may use, in (0, 1] (default: the vLLM "
+    "version's, 0.92 from 0.20, 0.90 before).")]
 MaxModelLen = Annotated[Optional[str], typer.Option(
     "--max-model-len", help="Tokens; 32k = 32000, 32K = 32768, auto = fit the cache.")]
-MaxNumSeqs = Annotated[Optional[int], typer.Option("--max-num-seqs")]
-MaxNumBatchedTokens = Annotated[Optional[str], typer.Option("--max-num-batched-tokens")]
-BlockSize = Annotated[Optional[int], typer.Option("--block-size")]
-EnforceEager = Annotated[bool, typer.Option("--enforce-eager")]
+MaxNumSeqs = Annotated[Optional[int], typer.Option(
+    "--max-num-seqs", help="Most requests in one batch (default: vLLM's for the GPU and version).")]
+MaxNumBatchedTokens = Annotated[Optional[str], typer.Option(
+    "--max-num-batched-tokens", help="Token budget of one scheduler step (default: vLLM's).")]
+BlockSize = Annotated[Optional[int], typer.Option(
+    "--block-size", help="Tokens per KV block (default: the attention backend's, 16 on CUDA, 128 on CPU).")]
+EnforceEager = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (no graph memory).")]
 VllmVersion = Annotated[Optional[str], typer.Option(
-    "--vllm-version", help="Follow this vLLM version's rules (default 0.33).")]
+    "--vllm-version", help="Follow this vLLM version's rules: 0.6 to 0.33 (default 0.33).")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="v0 or v1 where VLLM_USE_V1 chose (vLLM 0.7-0.10).")]
 KvCacheMemory = Annotated[Optional[str], typer.Option(
     "--kv-cache-memory", help="KV memory per GPU (GiB unless a unit is given), as vLLM's 'Available KV cache memory'.")]
 KvCacheMemoryBytes = Annotated[Optional[str], typer.Option(
     "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU.")]
-NumGpuBlocksOverride = Annotated[Optional[int], typer.Option("--num-gpu-blocks-override")]
-GpusPerNode = Annotated[int, typer.Option("--gpus-per-node")]
-DisableHybridKvCacheManager = Annotated[bool, typer.Option("--disable-hybrid-kv-cache-manager")]
+NumGpuBlocksOverride = Annotated[Optional[int], typer.Option(
+    "--num-gpu-blocks-override", help="vLLM's flag: this many KV blocks, whatever the memory.")]
+GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node (multi-node layouts).")]
+DisableHybridKvCacheManager = Annotated[bool, typer.Option(
+    "--disable-hybrid-kv-cache-manager", help="vLLM's flag: every layer gets full-context KV (no sliding-window savings).")]
+
+
+def plan_flags_help() -> str:
+    """One line per plan flag (names and help, from the declarations above): the help of commands
+    that pass unknown options on to the plan (``kvplan profile``), so they show what they take."""
+    import typing
+
+    lines = []
+    for decl in (Model, Gpu, GpuMemory, Device, TensorParallelSize, PipelineParallelSize, DataParallelSize, Dtype,
+                 Quantization, KvCacheDtype, GpuMemoryUtilization, MaxModelLen, MaxNumSeqs, MaxNumBatchedTokens,
+                 BlockSize, EnforceEager, VllmVersion, Engine, KvCacheMemory, KvCacheMemoryBytes,
+                 NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager):
+        info = typing.get_args(decl)[1]
+        # in Annotated form typer keeps the first name as ``default``, the others in ``param_decls``
+        names = ", ".join(d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-"))
+        lines.append(f"{names}: {info.help or ''}".rstrip(": "))
+    lines.append("--from-log: A vLLM start-up log: use its measured KV memory and flags.")
+    return "\n\n".join(lines)
 
 
 def human_int(text: str, what: str, allow_auto: bool = False) -> int:

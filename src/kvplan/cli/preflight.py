@@ -67,7 +67,10 @@ def preflight_cmd(
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile the length recommendations cover "
                                                "(default 99)."),
     # --- the server
-    url: Optional[str] = typer.Option(None, "--url", help="A running server to profile and load-test."),
+    url: Optional[str] = typer.Option(None, "--url", help="A running server to profile and load-test (its vLLM "
+                                      "version is read from its /version unless --vllm-version is given)."),
+    log: Optional[Path] = typer.Option(None, "--log", help="With --url: the server's log; its start-up lines feed "
+                                       "the profile and the plan (measured KV memory, version, flags)."),
     launch: Optional[bool] = typer.Option(None, "--launch/--no-launch", help="Start `vllm serve` with the plan's flags "
                                           "on 127.0.0.1, stop it (by PID) afterwards."),
     vllm_bin: Optional[str] = typer.Option(None, "--vllm-bin", help="The vllm executable for --launch (default: vllm "
@@ -89,6 +92,7 @@ def preflight_cmd(
     flags = {k: v for k, v in locals().items() if k not in ("config",)}
     flags["format"] = flags.pop("fmt")
     flags["vllm_args"] = flags.pop("vllm_arg") or None
+    flags["log"] = str(log) if log is not None else None
     try:
         values = _merge(config, flags)
         fmt_value = values.get("format") or "table"
@@ -164,7 +168,7 @@ def _options(v: dict):
         requests=v.get("requests"), target_qps=v.get("target_qps"),
         load_factor=float(v.get("load_factor") or DEFAULT_LOAD_FACTOR), slo=parse_slo(v.get("slo")),
         duration_s=parse_seconds(v["duration"], "--duration") if v.get("duration") else DEFAULT_DURATION_S,
-        url=v.get("url"), launch=bool(v.get("launch")), vllm_bin=v.get("vllm_bin") or "vllm",
+        url=v.get("url"), log=v.get("log"), launch=bool(v.get("launch")), vllm_bin=v.get("vllm_bin") or "vllm",
         vllm_args=tuple(v.get("vllm_args") or ()),
         startup_timeout_s=parse_seconds(v["startup_timeout"], "--startup-timeout") if v.get("startup_timeout") else 900.0,
         baseline=v.get("baseline"), dry_run=bool(v.get("dry_run")), output_dir=Path(out) if out else None,
@@ -174,10 +178,33 @@ def _options(v: dict):
 
 
 def _plan_request(v: dict):
-    """The plan request, built as `kvplan plan` / `kvplan simulate` build it (one shared helper)."""
+    """The plan request, built as `kvplan plan` / `kvplan simulate` build it (one shared helper).
+    Against a running server (--url) the plan follows the server's vLLM version (its /version,
+    else its log) and, with --log, the KV memory and flags the log states, as ``plan --from-log``."""
+    from dataclasses import replace
+
     from .plan_flags import plan_flags_of, plan_request_from_flags
 
-    return plan_request_from_flags(**plan_flags_of(v, skip_none=True))
+    flags = plan_flags_of(v, skip_none=True)
+    log = None
+    if v.get("url") and v.get("log"):
+        from ..memory.startup_log import parse_startup_log, read_log_text
+
+        log = parse_startup_log(read_log_text(v["log"]), str(v["log"]))
+    note = None
+    if v.get("url") and not flags.get("vllm_version"):
+        from ..memory.semantics import nearest_supported_version
+        from ..ops.profile import server_vllm_version
+
+        found, where = server_vllm_version(v["url"]), f"{v['url']}/version"
+        if found is None and log is not None and log.vllm_version:
+            found, where = log.vllm_version, str(v["log"])
+        if found is not None:
+            version, fallback = nearest_supported_version(found)
+            flags["vllm_version"] = version
+            note = f"vLLM {found} read from {where}" + (f"; {fallback}" if fallback else "")
+    req = plan_request_from_flags(log=log, **flags)
+    return replace(req, notes=req.notes + (note,)) if note else req
 
 
 def register(app: typer.Typer) -> None:

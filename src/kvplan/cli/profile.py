@@ -181,4 +181,8 @@ def _sigterm_as_interrupt():
 
 
 def register(app: typer.Typer) -> None:
-    app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd)
+    from .plan_flags import plan_flags_help
+
+    app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                epilog="Plan flags (as for kvplan plan; every other option is one of these):\n\n" + plan_flags_help()
+                )(profile_cmd)

@@ -267,6 +267,26 @@ class _Client:
         return results, watch, seconds, after
 
 
+def server_vllm_version(base_url: str, timeout_s: float = 5.0) -> Optional[str]:
+    """The vLLM version a running server reports on ``GET /version`` (vLLM's OpenAI server has it
+    in every version kvplan follows), or None when it does not answer. Synchronous and stdlib-only:
+    it runs before any plan is made."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = base_url.rstrip("/") + "/version"
+    if not url.startswith(("http://", "https://")):
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - http(s) only, checked above
+            data = json.loads(r.read(65536).decode("utf-8", errors="replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    version = data.get("version") if isinstance(data, dict) else None
+    return str(version) if version else None
+
+
 async def _discover(client: _Client, plan_result, startup_log, model_name: Optional[str]) -> ServerFacts:
     import aiohttp
 

@@ -30,7 +30,7 @@ PLAN_KEYS: dict[str, tuple[type, ...]] = {
 #: preflight's own flags
 PREFLIGHT_KEYS: dict[str, tuple[type, ...]] = {
     "requests": (str,), "target_qps": _NUM, "load_factor": _NUM, "slo": (str, dict), "duration": (str, int, float),
-    "url": (str,), "launch": (bool,), "vllm_bin": (str,), "vllm_args": (list, str), "baseline": (str,),
+    "url": (str,), "log": (str,), "launch": (bool,), "vllm_bin": (str,), "vllm_args": (list, str), "baseline": (str,),
     "dry_run": (bool,), "output_dir": (str,), "format": (str,), "max_tokens": (int,), "history_turns": (int,),
     "history_tokens": (int,), "percentile": _NUM, "strict": (bool,), "estimate": (bool,),
     "startup_timeout": (str, int, float),

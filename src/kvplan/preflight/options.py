@@ -20,6 +20,7 @@ class PreflightOptions:
     slo: tuple = ()  # kvplan.slo.Slo
     duration_s: float = DEFAULT_DURATION_S
     url: Optional[str] = None
+    log: Optional[str] = None  # with --url: the server's log (its start-up lines, for profile and the plan)
     launch: bool = False
     vllm_bin: str = "vllm"
     vllm_args: tuple[str, ...] = ()
@@ -50,6 +51,10 @@ class PreflightOptions:
     def validate(self) -> "PreflightOptions":
         if self.url and self.launch:
             raise UsageError("give --url or --launch, not both")
+        if self.log is not None and not self.url:
+            raise UsageError("--log is the log of the server given by --url (with --launch kvplan writes its own)")
+        if self.log is not None and not Path(self.log).is_file():
+            raise UsageError(f"--log {self.log}: no such file")
         if not self.dry_run and not self.url and not self.launch:
             raise UsageError("give --url URL (a running server), --launch (kvplan starts vllm serve), or --dry-run")
         if self.target_qps is not None and not self.target_qps > 0:
@@ -74,7 +79,7 @@ class PreflightOptions:
     def public(self) -> dict[str, Any]:
         return {"requests": self.requests, "target_qps": self.target_qps, "load_factor": self.load_factor,
                 "load_rate": self.load_rate, "slo": {s.key: s.limit for s in self.slo}, "duration_s": self.duration_s,
-                "url": self.url, "launch": self.launch, "vllm_bin": self.vllm_bin if self.launch else None,
+                "url": self.url, "log": self.log, "launch": self.launch, "vllm_bin": self.vllm_bin if self.launch else None,
                 "vllm_args": list(self.vllm_args), "baseline": self.baseline, "dry_run": self.dry_run,
                 "output_dir": str(self.output_dir) if self.output_dir else None, "max_tokens": self.max_tokens,
                 "history_turns": self.history_turns, "history_tokens": self.history_tokens,

@@ -173,7 +173,13 @@ def _serve_and_measure(req, plan_result, opts: PreflightOptions, progress: Progr
         found["doctor"] = _doctor(str(srv.log_path), text)
         found["oom"] = tuple(f for f in found["doctor"].findings if f.id.startswith("cuda_oom"))
     else:
-        measure(opts.url, lambda: None)
+        log_text = None
+        if opts.log:
+            from ..memory.startup_log import read_log_text
+
+            log_text = read_log_text(opts.log)
+            found["log_path"] = opts.log
+        measure(opts.url, lambda: log_text)
     return found
 
 
@@ -285,7 +291,9 @@ def _plan_headline(plan_result) -> dict:
             "num_gpu_blocks": plan_result.kv.num_gpu_blocks, "max_concurrency": plan_result.kv.max_concurrency,
             "gpu_memory_fraction": round(gpu_memory_fraction(plan_result), 4) if f.device == "cuda" else None,
             "device": f.device,
-            "serve_command": plan_result.serve_command}
+            "serve_command": plan_result.serve_command,
+            "serve_command_starts": plan_result.serve_command_starts,
+            "notes": list(plan_result.notes)}
 
 
 def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Progress = None) -> PreflightResult:

@@ -123,7 +123,11 @@ def render_html(d: dict) -> str:
     out.append("</table>")
     for line in plan.get("kv_log_lines") or []:
         out.append(f"<p><code>{_e(line)}</code></p>")
-    out.append(f"<p>serve command: <code>{_e(plan.get('serve_command'))}</code></p>")
+    if plan.get("serve_command_starts", True):
+        out.append(f"<p>serve command: <code>{_e(plan.get('serve_command'))}</code></p>")
+    else:
+        out.append("<p>serve command: none &mdash; vLLM refuses this configuration (see the plan check, and "
+                   "<code>kvplan plan</code> for one that starts)</p>")
     load = (d.get("sections") or {}).get("load")
     if load:
         out.append(f"<h2>Load test{' (simulated)' if load.get('simulated') else ''}</h2><p>{_e(load.get('source'))}</p>"

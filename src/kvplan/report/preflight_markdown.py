@@ -34,8 +34,11 @@ def render_markdown(d: dict) -> str:
             out += ["", "| fix | cost | predicted effect |", "|---|---|---|"]
             out += [f"| `{_cell(f['change'])}` | {_cell(f.get('cost', ''))} | {_cell(f['effect'])} |" for f in c["fixes"]]
         out.append("")
-    if plan.get("serve_command"):
+    if plan.get("serve_command") and plan.get("serve_command_starts", True):
         out += ["## Serve command", "", "```bash", str(plan["serve_command"]).replace("```", "'''"), "```", ""]
+    elif plan.get("serve_command"):
+        out += ["## Serve command", "", "None: vLLM refuses this configuration (see the plan check, and "
+                "`kvplan plan` for one that starts).", ""]
     if d.get("files"):
         out += ["## Files", ""] + [f"- {k}: `{_cell(v)}`" for k, v in d["files"].items()] + [""]
     return "\n".join(out).rstrip() + "\n"

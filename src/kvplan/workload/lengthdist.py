@@ -75,5 +75,13 @@ def parse_length(text: str, what: str) -> LengthDist:
             return LengthDist("normal", lo, hi)
     except ValueError:
         pass
+    else:
+        # readable, but the numbers do not make a distribution: say which rule they break
+        if kind == "uniform" and lo > hi >= 1:
+            raise UsageError(f"{what} {text!r}: LO > HI ({lo_s} > {hi_s}); write uniform:{hi_s},{lo_s}")
+        if kind == "uniform" and min(lo, hi) < 1:
+            raise UsageError(f"{what} {text!r}: lengths are at least 1 token (LO {lo_s}, HI {hi_s})")
+        if kind == "normal":
+            raise UsageError(f"{what} {text!r}: normal needs MEAN ≥ 1 and STD ≥ 0 (got {lo_s}, {hi_s})")
     raise UsageError(f"{what}: cannot read {text!r}; use N, uniform:LO:HI (or LO,HI), normal:MEAN:STD "
                      "(or MEAN,STD), log or empirical")
