@@ -385,3 +385,26 @@ def test_preflight_url_follows_the_servers_version_and_takes_its_log(stub_vllm_v
     assert d["plan"]["num_gpu_blocks"] == 4096  # the log's 1 GiB of KV memory, not an estimate
     assert "vLLM 0.32.0 read from" in json.dumps(d)
     assert kvplan("preflight", "--log", str(log), "--dry-run", "--model", str(cfg), "--device", "cpu").returncode == 2
+
+
+# --- finding 6: lengths never recommends more than the model serves; outliers are flagged --------
+
+def test_lengths_caps_at_the_models_limit_and_names_the_outlier(tmp_path):
+    rows = [{"request": {"model": "q", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 512},
+             "response": {"usage": {"prompt_tokens": 100 + i, "completion_tokens": 200, "total_tokens": 300 + i}}}
+            for i in range(30)]
+    rows.append({"request": {"model": "q", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1_000_000},
+                 "response": {"usage": {"prompt_tokens": 16, "completion_tokens": 300, "total_tokens": 316}}})
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = kvplan("lengths", str(log), "--model", "qwen3-8b", "--estimate", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(out.stdout)["recommendation"]
+    assert rec["model_limit"] == 40_960 and rec["max_model_len"] == 40_960
+    assert rec["max_model_len_capped_from"] == 1_000_016 and "CAPPED" in rec["max_model_len_reason"]
+    assert rec["outliers"] == 1 and "the largest max_tokens asked is 1,000,000" in rec["outliers_reason"]
+    text = flat(kvplan("lengths", str(log), "--model", "qwen3-8b", "--estimate").stdout)
+    assert "--max-model-len 40,960" in text and "--max-model-len 1,000,016" not in text
+    assert "outliers: 1 request(s) above the model's limit" in text
+    md = kvplan("lengths", str(log), "--model", "qwen3-8b", "--estimate", "--format", "markdown").stdout
+    assert "| outliers | 1 |" in md

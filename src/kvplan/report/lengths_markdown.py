@@ -18,7 +18,10 @@ def render_markdown(r: LengthsResult) -> str:
             f"| `--max-model-len` | {rec.max_model_len or 'n/a'} | {_cell(rec.max_model_len_reason)} |",
             f"| `max_tokens` | {rec.max_tokens or 'n/a'} | {_cell(rec.max_tokens_reason)} |",
             f"| history (turns) | {rec.history_turns or 'none'} | {_cell(rec.history_reason)} |",
-            f"| history (tokens) | {rec.history_tokens or 'n/a'} | max_model_len − max_tokens |", ""]
+            f"| history (tokens) | {rec.history_tokens or 'n/a'} | max_model_len − max_tokens |"]
+    if rec.outliers:
+        out.append(f"| outliers | {rec.outliers:,} | {_cell(rec.outliers_reason)} |")
+    out.append("")
     out += ["## Token lengths", "", "| | count | mean | P50 | P90 | P95 | P99 | P99.9 | max |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for label, key in DIST_ROWS:

@@ -49,6 +49,9 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
         (f", at most {rec.history_tokens:,} prompt tokens" if rec.history_tokens else "")
     body.append(hist + "\n", style="bold green")
     body.append(rec.history_reason)
+    if rec.outliers:
+        body.append(f"\n\noutliers: {rec.outliers:,} request(s) above the model's limit\n", style="bold yellow")
+        body.append(rec.outliers_reason)
     con.print(Panel(body, title=f"recommendations (P{rec.percentile:g})" + estimate_tag(r), border_style="green"))
     if r.coverage:
         cov = Table(title="coverage: what vLLM 0.33 does with this traffic at each max_model_len")

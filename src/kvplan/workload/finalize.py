@@ -165,11 +165,34 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
         len_reason = (f"P{pct:g} of prompt + output budget over {total.count:,} requests is {q:,} tokens; rounded up to "
                       f"the block size ({B}) that is {rec_len:,}. {over:,} requests ({_share(over, total.count):.2%}) need "
                       "more: see the coverage table for what vLLM does with them.")
-        if plan is not None and plan.model.max_position_embeddings and rec_len > plan.model.max_position_embeddings:
-            notes.append(f"The recommended max_model_len {rec_len:,} is above the model's max_position_embeddings "
-                         f"({plan.model.max_position_embeddings:,}): vLLM refuses it without a RoPE scaling override.")
     else:
         rec_len, len_reason = None, "no request could be counted."
+    # The model's own limit (vLLM's derived max_model_len, RoPE scaling included): no recommendation
+    # goes above it, and the requests that need more are outliers no max_model_len can serve whole.
+    limit = plan.flags.max_model_len if plan is not None else None
+    len_capped = mt_capped = None
+    outliers, outliers_reason = 0, ""
+    if limit and total.count:
+        outliers = total.count_gt(limit)
+        if outliers:
+            prompts = dists["prompt"]
+            big = budgets.count_gt(limit)
+            outliers_reason = (
+                f"{outliers:,} request(s) ({_share(outliers, total.count):.2%}) ask for more than the model's limit of "
+                f"{limit:,} tokens (prompt + max_tokens); the largest max_tokens asked is {budgets.max:,}"
+                + (f" ({big:,} request(s) asked a max_tokens above the limit by itself)" if big else "")
+                + f", the longest prompt {prompts.max:,} tokens. vLLM rejects prompts of {limit:,} tokens or more and "
+                "clamps the rest (coverage table); they stay in every count; only the recommendation is capped.")
+            notes.append("Outliers: " + outliers_reason)
+        if rec_len and rec_len > limit:
+            len_capped, rec_len = rec_len, limit
+            len_reason += (f" CAPPED: {len_capped:,} is above the model's limit ({limit:,}, vLLM's derived "
+                           f"max_model_len, which it refuses to exceed): recommended {limit:,}, the longest vLLM "
+                           "accepts.")
+        if rec_mt and rec_mt >= limit:
+            mt_capped, rec_mt = rec_mt, max(limit - B, 1)
+            mt_reason += (f" CAPPED: {mt_capped:,} is not below the model's limit ({limit:,}): recommended "
+                          f"{rec_mt:,}, which leaves a block for the prompt.")
     budget_for_history = opts.max_tokens or rec_mt
     if not rec_len:
         history_turns, history_reason = None, "no max_model_len."
@@ -210,7 +233,9 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
         n_est = counted.get("estimate", 0)
         notes.insert(0, f"ESTIMATE: {n_est:,} of {sum(counted.values()):,} prompts were counted by characters per token "
                         "(--estimate), not by the model's tokenizer: those counts are approximate.")
-    rec = Recommendation(pct, B, rec_len, len_reason, rec_mt, mt_reason, history_turns, history_tokens, history_reason)
+    rec = Recommendation(pct, B, rec_len, len_reason, rec_mt, mt_reason, history_turns, history_tokens, history_reason,
+                         model_limit=limit, max_model_len_capped_from=len_capped, max_tokens_capped_from=mt_capped,
+                         outliers=outliers, outliers_reason=outliers_reason)
     coverage = _coverage(acc, dists, _candidate_lengths(total, rec_len, B)) if total.count else ()
     hist_top = total.quantile(99.9) if total.count else None
     inputs = {"files": files, "model": model, "tokenizer": (tok or est).describe() if (tok or est) else None,

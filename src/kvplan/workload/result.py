@@ -114,6 +114,14 @@ class Recommendation:
     history_turns: Optional[int]
     history_tokens: Optional[int]
     history_reason: str
+    #: the model's own limit (vLLM's derived max_model_len), when the model is known
+    model_limit: Optional[int] = None
+    #: the percentile's length before it was capped at model_limit (None: not capped)
+    max_model_len_capped_from: Optional[int] = None
+    max_tokens_capped_from: Optional[int] = None
+    #: requests whose prompt + max_tokens exceed the model's limit (no max_model_len serves them whole)
+    outliers: int = 0
+    outliers_reason: str = ""
 
 
 @dataclass(frozen=True)
