@@ -408,3 +408,26 @@ def test_lengths_caps_at_the_models_limit_and_names_the_outlier(tmp_path):
     assert "outliers: 1 request(s) above the model's limit" in text
     md = kvplan("lengths", str(log), "--model", "qwen3-8b", "--estimate", "--format", "markdown").stdout
     assert "| outliers | 1 |" in md
+
+
+# --- finding 8: preflight's memory rule is vLLM's pre-allocation, fixes are priced, evidence true -
+
+def _preflight_memory_check(*args: str) -> dict:
+    out = kvplan("preflight", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+                 "--max-model-len", "4096", "--dry-run", "--format", "json", *args)
+    assert out.returncode in (0, 1), out.stderr
+    return next(c for c in json.loads(out.stdout)["checks"] if c["id"] == "plan_memory")
+
+
+def test_preflight_at_vllms_default_utilization_passes_the_memory_check():
+    c = _preflight_memory_check()  # vLLM 0.33's default 0.92 holds 92.9% of the GPU by design
+    assert c["status"] == "pass" and c["measured"] == 0.9288 and not c["fixes"]
+    assert not any("alert" in e for e in c["evidence"])  # kvplan alerts writes no GPU-memory alert to cite
+    c = _preflight_memory_check("--gpu-memory-utilization", "0.99")
+    assert c["status"] == "warn"
+    fix = c["fixes"][0]
+    assert fix["change"] == "--gpu-memory-utilization 0.97"
+    assert fix["cost"] == "capacity" and fix["price"] == "−20,752 KV tokens per replica (−4% of 587,728)"
+    md = kvplan("preflight", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+                "--max-model-len", "4096", "--dry-run", "--gpu-memory-utilization", "0.99", "--format", "markdown")
+    assert "capacity: −20,752 KV tokens per replica" in md.stdout and "cost: free" not in md.stdout

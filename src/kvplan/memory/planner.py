@@ -469,7 +469,7 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
         serve_config_yaml=serve_yaml(spec.name, flags), multi_node=multi_node(argv, tp, pp, req.gpus_per_node),
         notes=tuple(notes), measured=dict(req.measured or {}),
         serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
-        what_if_at_fallback_length=bool(what_ifs and run_len != L),
+        what_if_at_fallback_length=bool(what_ifs and run_len != L), derived_max_model_len=int(derived_len),
     )
 
 

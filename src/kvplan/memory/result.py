@@ -198,6 +198,8 @@ class PlanResult:
     #: the max_model_len the what-if rows were planned at, and whether it is a fallback (the asked one fails)
     what_if_max_model_len: Optional[int] = None
     what_if_at_fallback_length: bool = False
+    #: the model's own limit by this vLLM version's rule (max_position_embeddings & co., RoPE scaling)
+    derived_max_model_len: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -18,7 +18,7 @@ from ..ops.doctor.model import Fix
 from ..ops.thresholds import Thresholds
 from .load import LoadRun, slo_value, too_long_errors
 from .model import CheckResult
-from .options import GPU_MEMORY_LIMIT, PreflightOptions
+from .options import PreflightOptions
 from .whatif import doctor_planner, what_if_fixes, within_memory_limit
 
 
@@ -152,7 +152,7 @@ def load_checks(run: Optional[LoadRun], why_not: str, plan_result, req, lengths,
         out.append(_skip("load_kv_usage", t, run.server_notice or "no KV usage in the run's timeline"))
     else:
         ok = run.peak_kv_usage <= thresholds.kv_cache_usage
-        fx = () if ok else tuple(what_if_fixes(plan_result, req, lengths, memory_limit=GPU_MEMORY_LIMIT))
+        fx = () if ok else tuple(what_if_fixes(plan_result, req, lengths, within_budget=True))
         out.append(CheckResult("load_kv_usage", "pass" if ok else "warn", t, round(run.peak_kv_usage, 4),
                                f"<= {thresholds.kv_cache_usage:g}",
                                (f"peak KV-cache usage {run.peak_kv_usage:.1%} ({src}); above the threshold the "
@@ -179,7 +179,7 @@ def load_checks(run: Optional[LoadRun], why_not: str, plan_result, req, lengths,
     if not ev_q:
         out.append(_skip("load_queue", t, run.server_notice or "no queue figures"))
     else:
-        fx = () if status == "pass" else tuple(what_if_fixes(plan_result, req, lengths, memory_limit=GPU_MEMORY_LIMIT))
+        fx = () if status == "pass" else tuple(what_if_fixes(plan_result, req, lengths, within_budget=True))
         out.append(CheckResult("load_queue", status, t, run.peak_waiting, f"waiting <= {thresholds.waiting:g}; "
                                "not saturated", tuple(ev_q), fx, simulated=sim))
 

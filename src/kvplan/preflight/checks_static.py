@@ -11,8 +11,8 @@ from typing import Optional
 
 from ..ops.doctor.model import Fix
 from .model import CheckResult
-from .options import GPU_MEMORY_LIMIT, PreflightOptions
-from .whatif import gpu_memory_fraction, plan_effect, plan_fix, replan, what_if_fixes
+from .options import PreflightOptions
+from .whatif import gpu_memory_fraction, plan_effect, plan_fix, priced, replan, what_if_fixes
 
 NO_LOG = "no --requests LOG: the traffic's lengths are unknown"
 
@@ -99,32 +99,78 @@ def check_plan_starts(plan_result, req, lengths) -> CheckResult:
 
 
 def check_plan_memory(plan_result, req, lengths) -> CheckResult:
-    title = f"GPU memory <= {GPU_MEMORY_LIMIT:.0%} of the GPU"
-    threshold = f"<= {GPU_MEMORY_LIMIT:.2f}"
+    """"Peak memory is known and below the budget". vLLM pre-allocates: it profiles its own peak
+    (weights, non-torch, activation peak, and from 0.20 the CUDA-graph estimate), then fills the
+    rest of ``gpu_memory_utilization × total`` with KV cache. A high share of the GPU is therefore
+    the design, not a risk (vLLM's default 0.92 holds ~93% with its CUDA context). What can go
+    wrong: memory vLLM allocates after it sized the KV cache (CUDA graphs before 0.20) overflowing
+    the GPU, and too little headroom outside the budget for what vLLM never counts (allocator
+    fragmentation, NCCL buffers, other processes). Pass: the peak fits the budget and the headroom
+    outside it is at least the estimate's error band; warn: the headroom is thinner; fail: the peak
+    exceeds the GPU."""
+    from ..memory.borderline import error_band_bytes
+    from ..memory.semantics import semantics
+
+    title = "peak GPU memory is known and within vLLM's budget"
     if plan_result.flags.device == "cpu":
-        return CheckResult("plan_memory", "skipped", title, threshold=threshold, evidence=(
+        return CheckResult("plan_memory", "skipped", title, evidence=(
             "--device cpu: vLLM's CPU backend sizes its KV cache from --kv-cache-memory-bytes / "
             "VLLM_CPU_KVCACHE_SPACE, not from a fraction of a GPU",))
-    m = plan_result.memory
-    frac = gpu_memory_fraction(plan_result)
-    evidence = (f"weights + non-torch + activation peak + CUDA graphs = {m.non_kv_gib:.2f} GiB, KV cache "
-                f"{m.kv_cache_used_gib:.2f} GiB, outside the budget (CUDA context) {m.preexisting_gib:.2f} GiB; "
-                f"GPU {m.total_gib_per_gpu:.2f} GiB; --gpu-memory-utilization {plan_result.flags.gpu_memory_utilization} "
-                f"(memory source: {m.source})",
-                "the same 90% is the GPU-memory alert threshold (kvplan alerts): above it the alert fires at launch")
-    if frac <= GPU_MEMORY_LIMIT + 1e-9:
-        return CheckResult("plan_memory", "pass", title, round(frac, 4), threshold, evidence)
+    if not plan_result.startup.ok:
+        return CheckResult("plan_memory", "skipped", title, evidence=("the plan does not start (plan_starts)",))
+    m, f = plan_result.memory, plan_result.flags
+    gib = 1 << 30
+    total, budget = m.total_gib_per_gpu, m.requested_gib
+    sem = semantics(req.vllm_version, req.engine)
+    after = 0.0  # CUDA graphs captured after the KV cache was sized (no estimate subtracted before 0.20)
+    if not sem.subtracts_cudagraph_estimate and not f.enforce_eager:
+        from ..memory.budget import cudagraph_estimate_bytes
+        from ..models import params as mparams
+
+        layers = max(len(st.layers) for st in mparams.weights_per_rank(
+            req.model, req.tensor_parallel_size, req.pipeline_parallel_size, 2, None))
+        after = cudagraph_estimate_bytes(req.model, req.tensor_parallel_size, 2, f.max_num_seqs, layers) / gib
+    inside = m.non_kv_gib + m.kv_cache_used_gib
+    outside = m.preexisting_gib if sem.charged_preexisting(1, 1) == 0 else 0.0
+    peak = inside + outside + after
+    headroom = total - peak
+    band = error_band_bytes(int(total * gib)) / gib
+    frac = peak / total if total else 0.0
+    threshold = (f"peak ≤ the GPU ({total:.2f} GiB), with ≥ {band:.2f} GiB left outside vLLM's budget (the estimate's "
+                 "error band)")
+    evidence = [
+        f"vLLM's budget: --gpu-memory-utilization {f.gpu_memory_utilization} × {total:.2f} GiB = {budget:.2f} GiB; "
+        f"inside it: weights + non-torch + activation peak + CUDA-graph estimate {m.non_kv_gib:.2f} GiB, KV cache "
+        f"{m.kv_cache_used_gib:.2f} GiB (pre-allocated: vLLM fills the budget by design)",
+        f"outside it: CUDA context {outside:.2f} GiB" + (f", CUDA graphs captured after the KV cache was sized "
+                                                         f"{after:.2f} GiB (vLLM {sem.label} does not subtract them)"
+                                                         if after else "")
+        + f"; peak {peak:.2f} GiB = {frac:.1%} of the GPU, {headroom:.2f} GiB left",
+        f"memory source: {m.source}" + (" (vLLM profiles the real peak at start-up and sizes the KV cache to fit, so "
+                                        "an error in the estimate changes the KV cache, not the peak)"
+                                        if m.source == "estimate" else ""),
+    ]
+    if inside <= budget + 1e-6 and headroom >= band:
+        return CheckResult("plan_memory", "pass", title, round(frac, 4), threshold, tuple(evidence))
+    status = "fail" if headroom < 0 else "warn"
+    evidence.append(f"{headroom:.2f} GiB outside the budget " + ("is negative: the GPU runs out of memory (CUDA OOM "
+                    "after the KV cache is allocated)" if headroom < 0 else f"is below the {band:.2f} GiB band: "
+                    "fragmentation, NCCL buffers or another process can push the GPU into OOM"))
     fixes = []
-    util = plan_result.flags.gpu_memory_utilization
-    u = math.floor(util * 100 - 1e-6) / 100
-    while u >= 0.5:  # the highest utilisation whose plan stays at or below the limit
+    u = math.floor(f.gpu_memory_utilization * 100 - 1e-6) / 100
+    while u >= 0.5:  # the highest utilisation whose peak leaves the band outside the budget
         r = replan(req, gpu_memory_utilization=u)
-        if r is not None and r.startup.ok and gpu_memory_fraction(r) <= GPU_MEMORY_LIMIT:
+        if r is not None and r.startup.ok and (total - gpu_memory_fraction(r) * total - after) >= band:
             effect, nums = plan_effect(r, lengths)
-            fixes.append(Fix(f"--gpu-memory-utilization {u:.2f}", effect, "free", nums, basis="plan"))
+            category, price = priced(plan_result, r)
+            fixes.append(Fix(f"--gpu-memory-utilization {u:.2f}", effect, category, nums, basis="plan", price=price))
             break
         u = round(u - 0.01, 2)
-    return CheckResult("plan_memory", "fail", title, round(frac, 4), threshold, evidence, tuple(fixes))
+    if after and not f.enforce_eager:
+        fx = plan_fix(req, "--enforce-eager", {"enforce_eager": True}, lengths, cost="throughput")
+        if fx is not None:
+            fixes.append(fx)
+    return CheckResult("plan_memory", status, title, round(frac, 4), threshold, tuple(evidence), tuple(fixes))
 
 
 def check_concurrency(plan_result, req, lengths, traffic, needed: Optional[float], needed_source: str,
@@ -158,7 +204,7 @@ def check_concurrency(plan_result, req, lengths, traffic, needed: Optional[float
         if fx is not None:
             fixes.append(fx)
     if kv_fit < needed:
-        fixes += what_if_fixes(plan_result, req, lengths, memory_limit=GPU_MEMORY_LIMIT)
+        fixes += what_if_fixes(plan_result, req, lengths, within_budget=True)
     dp = plan_result.parallel.data_parallel_size
     replicas = max(dp + 1, math.ceil(dp * needed / available)) if available > 0 else dp * 2
     fx = plan_fix(req, f"--data-parallel-size {replicas}", {"data_parallel_size": replicas}, lengths, cost="hardware",

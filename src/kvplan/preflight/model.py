@@ -21,7 +21,8 @@ CHECK_IDS: dict[str, str] = {
     "lengths_max_model_len": "max_model_len holds the recommended length of the real traffic (P99 prompt + output budget)",
     "lengths_max_tokens": "the max_tokens the clients send covers the observed completions",
     "plan_starts": "vLLM starts with these flags (kvplan plan's admission check, vLLM's own error text)",
-    "plan_memory": "planned GPU memory (vLLM's budget + what sits outside it) stays at or below 90% of the GPU",
+    "plan_memory": "peak GPU memory is known and within vLLM's budget, with the estimate's error band left "
+                   "outside it (vLLM pre-allocates its KV cache up to --gpu-memory-utilization by design)",
     "plan_concurrency": "requests in flight at the load-test rate (Little's law) fit in max_num_seqs and the KV cache",
     "profile_matches_plan": "the live server's KV blocks, tokens and concurrency match the plan (kvplan profile)",
     "load_run_complete": "the load test ran to the end and its numbers describe the server (not client-bound)",

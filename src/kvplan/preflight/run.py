@@ -3,7 +3,7 @@ library that owns it:
 
 1. lengths  -> :func:`kvplan.workload.analyze_lengths` + ``traffic_fit`` (recommended max_model_len,
    max_tokens, history limit);
-2. plan     -> :func:`kvplan.memory.plan` (starts? memory <= 90%? concurrency);
+2. plan     -> :func:`kvplan.memory.plan` (starts? peak memory within the budget? concurrency);
 3. profile  -> :func:`kvplan.ops.profile.profile_server` (measured vs planned; not in a dry run);
 4. load     -> :func:`kvplan.bench.run_bench` at target QPS x 1.5 with the log's real prompts, or in a
    dry run :func:`kvplan.sim.simulate` on the same log (labelled "simulated");

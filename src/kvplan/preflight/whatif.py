@@ -66,19 +66,52 @@ def plan_effect(r, lengths=None) -> tuple[str, tuple[tuple[str, Any], ...]]:
     return text, tuple(nums)
 
 
+def priced(before, after) -> tuple[str, str]:
+    """(cost category, price) of going from plan ``before`` to plan ``after``, in the plans' own
+    numbers: a fix that removes KV cache is never "free"."""
+    if before is None or after is None or not after.startup.ok:
+        return "free", ""
+    b, a = before.kv.kv_cache_tokens, after.kv.kv_cache_tokens
+    gpus_b, gpus_a = before.parallel.total_gpus, after.parallel.total_gpus
+    parts = []
+    if gpus_a > gpus_b:
+        parts.append(f"+{gpus_a - gpus_b} GPU(s)")
+    if before.startup.ok and a < b:
+        parts.append(f"−{b - a:,} KV tokens per replica (−{(b - a) / b:.0%} of {b:,})" if b else "")
+    if before.startup.ok and after.flags.max_model_len < before.flags.max_model_len:
+        parts.append(f"max_model_len {before.flags.max_model_len:,} → {after.flags.max_model_len:,}")
+    category = "hardware" if gpus_a > gpus_b else ("capacity" if before.startup.ok and a < b else "free")
+    return category, "; ".join(p for p in parts if p)
+
+
 def plan_fix(req, change: str, changes: dict, lengths=None, cost: str = "free", prefix: str = "") -> Optional[Fix]:
     r = replan(req, **changes)
     if r is None:
         return None
     effect, nums = plan_effect(r, lengths)
-    return Fix(change, (prefix + effect) if prefix else effect, cost, nums, basis="plan")
+    category, price = priced(replan(req), r)
+    if cost == "free":
+        cost = category  # a "free" flag change that gives up KV cache costs capacity
+    return Fix(change, (prefix + effect) if prefix else effect, cost, nums, basis="plan", price=price)
 
 
-def what_if_fixes(plan_result, req, lengths=None, memory_limit: Optional[float] = None) -> list[Fix]:
+def leaves_headroom(r) -> bool:
+    """plan_memory's rule for a re-planned fix: the estimate's error band stays free outside
+    vLLM's budget (kvplan.memory.borderline)."""
+    from ..memory.borderline import error_band_bytes
+
+    total = r.memory.total_gib_per_gpu
+    return r.flags.device == "cpu" or total * (1 - gpu_memory_fraction(r)) >= error_band_bytes(int(total * (1 << 30))) / (1 << 30)
+
+
+def what_if_fixes(plan_result, req, lengths=None, memory_limit: Optional[float] = None,
+                  within_budget: bool = False) -> list[Fix]:
     """kvplan plan's own what-ifs (fp8 KV cache, TP x 2, utilisation 0.95), re-planned at the
-    same max_model_len and measured against the traffic. With ``memory_limit``, a what-if that
-    would put the GPU above it (utilisation 0.95 against a 90% rule) is not proposed."""
+    same max_model_len and measured against the traffic. With ``memory_limit`` (a share of the
+    GPU), a what-if whose peak would exceed it is not proposed; with ``within_budget``, one that
+    would fail plan_memory's rule (:func:`leaves_headroom`)."""
     cost = {"kv_cache_dtype": "accuracy", "tensor_parallel_size": "hardware", "gpu_memory_utilization": "free"}
+    # (plan_fix prices each: a "free" change that gives up KV cache becomes "capacity")
     out = []
     for w in plan_result.what_if:
         if not w.ok:
@@ -90,6 +123,10 @@ def what_if_fixes(plan_result, req, lengths=None, memory_limit: Optional[float] 
         frac = dict(fx.numbers).get("gpu_memory_fraction")
         if memory_limit is not None and frac is not None and frac > memory_limit:
             continue
+        if within_budget:
+            r = replan(req, **dict(w.flags))
+            if r is not None and not leaves_headroom(r):
+                continue
         out.append(fx)
     return out
 
@@ -105,11 +142,11 @@ def doctor_planner(req, plan_result):
 
 
 def within_memory_limit(fixes, req, limit: Optional[float] = None) -> tuple[Fix, ...]:
-    """Drop a fix that raises --gpu-memory-utilization past the 90% rule of plan_memory (the
-    doctor proposes 0.95 for more KV cache; preflight would then fail that check)."""
-    from .options import GPU_MEMORY_LIMIT
+    """Drop a fix that raises --gpu-memory-utilization so far that plan_memory would not pass:
+    less than the estimate's error band left outside vLLM's budget (``limit``: a share of the GPU
+    the peak must stay under instead)."""
+    from ..memory.borderline import error_band_bytes
 
-    limit = GPU_MEMORY_LIMIT if limit is None else limit
     out = []
     for f in fixes:
         if req.device == "cuda" and f.change.startswith("--gpu-memory-utilization "):
@@ -118,7 +155,10 @@ def within_memory_limit(fixes, req, limit: Optional[float] = None) -> tuple[Fix,
             except (IndexError, ValueError):
                 util = None
             r = replan(req, gpu_memory_utilization=util) if util is not None else None
-            if r is not None and gpu_memory_fraction(r) > limit:
-                continue
+            if r is not None:
+                peak = gpu_memory_fraction(r)
+                cap = limit if limit is not None else 1 - error_band_bytes(req.gpu.memory_bytes) / req.gpu.memory_bytes
+                if peak > cap:
+                    continue
         out.append(f)
     return tuple(out)

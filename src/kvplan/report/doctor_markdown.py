@@ -30,7 +30,8 @@ def render_markdown(r: DoctorReport) -> str:
                                                for e in f.evidence] + ["```", ""]
         if f.fixes:
             out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]
-            out += [f"| {n} | `{_cell(x.change)}` | {x.cost} | {_cell(x.effect)} | {_cell(x.basis)} |"
+            out += [f"| {n} | `{_cell(x.change)}` | {x.cost}{(': ' + _cell(x.price)) if x.price else ''} | "
+                    f"{_cell(x.effect)} | {_cell(x.basis)} |"
                     for n, x in enumerate(f.fixes, 1)]
             out.append("")
         out += [f"- collect next: {_cell(c)}" for c in f.collect_next]

@@ -30,7 +30,8 @@ def render_text(r: DoctorReport) -> str:
         for e in f.evidence:
             out.append(f"  {e.file}:{e.line}: {e.text.strip()[:300]}")
         for n, fix in enumerate(f.fixes, 1):
-            out.append(f"  fix {n} ({fix.cost}; {fix.basis}): {fix.change} → {fix.effect}")
+            cost = fix.cost + (f": {fix.price}" if fix.price else "")
+            out.append(f"  fix {n} ({cost}; {fix.basis}): {fix.change} → {fix.effect}")
         for c in f.collect_next:
             out.append(f"  collect next: {c}")
     for c in r.collect_next:

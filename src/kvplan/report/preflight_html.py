@@ -40,7 +40,9 @@ def _check_rows(d: dict) -> list[str]:
     for c in d["checks"]:
         sim = "<span class='sim'>simulated</span>" if c.get("simulated") else ""
         ev = "".join(f"<li>{_e(x)}</li>" for x in c.get("evidence") or [])
-        fx = "".join(f"<li><code>{_e(f['change'])}</code>: {_e(f['effect'])}</li>" for f in c.get("fixes") or [])
+        fx = "".join(f"<li><code>{_e(f['change'])}</code>: {_e(f['effect'])}"
+                     f"{(' <em>(cost: ' + _e(f.get('cost')) + ((', ' + _e(f['price'])) if f.get('price') else '') + ')</em>') if f.get('cost') else ''}"
+                     "</li>" for f in c.get("fixes") or [])
         out.append(f"<tr class='check' data-id='{_e(c['id'])}' data-status='{_e(c['status'])}'>"
                    f"<td class='l'><b>{_e(c['id'])}</b>{sim}<br><span class='muted'>{_e(c.get('title'))}</span></td>"
                    f"<td class='l st st-{_e(c['status'])}'>{_e(c['status'])}</td><td>{_e(_val(c.get('measured')))}</td>"

@@ -32,7 +32,8 @@ def render_markdown(d: dict) -> str:
         out += [f"- {_cell(e)}" for e in c.get("evidence") or []]
         if c.get("fixes"):
             out += ["", "| fix | cost | predicted effect |", "|---|---|---|"]
-            out += [f"| `{_cell(f['change'])}` | {_cell(f.get('cost', ''))} | {_cell(f['effect'])} |" for f in c["fixes"]]
+            out += [f"| `{_cell(f['change'])}` | {_cell(f.get('cost', ''))}"
+                    f"{(': ' + _cell(f['price'])) if f.get('price') else ''} | {_cell(f['effect'])} |" for f in c["fixes"]]
         out.append("")
     if plan.get("serve_command") and plan.get("serve_command_starts", True):
         out += ["## Serve command", "", "```bash", str(plan["serve_command"]).replace("```", "'''"), "```", ""]

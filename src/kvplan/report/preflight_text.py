@@ -38,7 +38,10 @@ def render_table(d: dict, console=None) -> None:
         for e in (c.get("evidence") or [])[:4]:
             con.print(f"  · {escape(e)}")
         for i, f in enumerate(c.get("fixes") or [], 1):
-            con.print(f"  fix {i}: [bold]{escape(f['change'])}[/] → {escape(f['effect'])}")
+            cost = f.get("cost") or ""
+            cost += f" ({f['price']})" if f.get("price") else ""
+            con.print(f"  fix {i}: [bold]{escape(f['change'])}[/] → {escape(f['effect'])}"
+                      + (f" [dim](cost: {escape(cost)})[/]" if cost else ""))
     con.print()
     for n in d.get("notes") or []:
         con.print(f"[dim]{escape(n)}[/]")

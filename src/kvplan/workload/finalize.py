@@ -169,7 +169,7 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
         rec_len, len_reason = None, "no request could be counted."
     # The model's own limit (vLLM's derived max_model_len, RoPE scaling included): no recommendation
     # goes above it, and the requests that need more are outliers no max_model_len can serve whole.
-    limit = plan.flags.max_model_len if plan is not None else None
+    limit = (plan.derived_max_model_len or None) if plan is not None else None
     len_capped = mt_capped = None
     outliers, outliers_reason = 0, ""
     if limit and total.count:

@@ -22,7 +22,8 @@ FINDING_IDS: dict[str, str] = {
 
 #: cost order of fixes: a flag that costs nothing first, then a deployment change (no runtime cost),
 #: then accuracy, then throughput; more hardware last.
-COSTS = ("free", "operational", "accuracy", "throughput", "hardware")
+#: cost categories, cheapest first; "capacity": the fix gives up KV cache (tokens, concurrency)
+COSTS = ("free", "capacity", "operational", "accuracy", "throughput", "hardware")
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ class Fix:
     #: and measured KV memory), "log arithmetic (<why no plan>)" (the log's own figures scaled), or
     #: "vLLM rule" (no memory prediction: what the flag does by vLLM's rules)
     basis: str = "vLLM rule"
+    #: what the cost is, in the plan's own numbers (e.g. "−31,000 KV tokens (−6% of the cache)")
+    price: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "effect": self.effect, "cost": self.cost, "numbers": dict(self.numbers),
-                "basis": self.basis}
+                "basis": self.basis, "price": self.price}
 
 
 @dataclass(frozen=True)
