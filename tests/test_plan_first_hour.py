@@ -431,3 +431,49 @@ def test_preflight_at_vllms_default_utilization_passes_the_memory_check():
     md = kvplan("preflight", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
                 "--max-model-len", "4096", "--dry-run", "--gpu-memory-utilization", "0.99", "--format", "markdown")
     assert "capacity: −20,752 KV tokens per replica" in md.stdout and "cost: free" not in md.stdout
+
+
+# --- finding 9: doctor on a CUDA OOM in profile_run plans its fixes; --gpu; one utilisation ------
+
+OOM_LOG = FIXTURES / "doctor_logs" / "constructed" / "oom-profile-run-llama70b-tp2-h100.log"
+
+
+def test_doctor_plans_the_fixes_of_an_oom_in_profile_run():
+    out = kvplan("doctor", str(OOM_LOG), "--format", "json")
+    assert out.returncode == 1, out.stderr
+    d = json.loads(out.stdout)
+    assert d["runs"][0]["fix_basis"].startswith("plan: meta-llama/Llama-3.1-70B-Instruct")
+    assert "KV memory estimated" in d["runs"][0]["fix_basis"]
+    oom = next(f for f in d["findings"] if f["id"] == "cuda_oom_runtime")
+    changes = [f["change"] for f in oom["fixes"]]
+    # kvplan plan: 65,536 tokens fail KV admission on TP 2 at any utilisation; a lower one only makes it worse
+    assert not any(c.startswith("--gpu-memory-utilization") for c in changes)
+    first = oom["fixes"][0]
+    assert first["change"].startswith("--max-model-len ") and first["basis"] == "plan" and first["cost"] == "capacity"
+    assert "a lower utilisation only makes it worse" in first["effect"]
+    assert "--tensor-parallel-size 4" in changes
+    assert all(f["basis"] == "plan" for f in oom["fixes"])
+    plan = plan_json("--model", "llama-3.1-70b", "--gpu", "H100", "-tp", "2", "--gpu-memory-utilization", "0.95",
+                     "--max-model-len", "65536", "--vllm-version", "0.32")
+    assert first["change"] == f"--max-model-len {plan['startup']['suggested_max_model_len']}"
+
+
+def test_doctor_names_the_utilisation_the_log_shows_and_takes_gpu(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=101) INFO 11-30 10:00:00 [api_utils.py:286] non-default args: {'model': "
+        "'meta-llama/Llama-3.1-8B-Instruct', 'gpu_memory_utilization': 0.8, 'max_model_len': 131072}\n"
+        "(EngineCore pid=120) ERROR 11-30 10:01:10 [core.py:946] ValueError: To serve at least one request with the "
+        "model's max seq len (131072), (16.0 GiB KV cache is needed, which is larger than the available KV cache "
+        "memory (10.5 GiB). Based on the available memory, the estimated maximum model length is 85984. Try "
+        "increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing "
+        "`max_model_len` when initializing the engine. See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.\n")
+    text = kvplan("doctor", str(log)).stdout
+    assert "names neither" not in text and "does not show the gpu_memory_utilization" not in text
+    assert "the log shows gpu_memory_utilization=0.8 but not the GPU's total memory: pass --gpu" in flat(text)
+    d = json.loads(kvplan("doctor", str(log), "--gpu", "H100", "--format", "json").stdout)
+    util = next(f for f in d["findings"][0]["fixes"] if f["change"] == "--gpu-memory-utilization 0.95")
+    assert util["basis"] == "plan" and "+11.88 GiB of KV cache" in util["effect"]
+    bad = kvplan("doctor", str(log), "--gpu", "H1000")
+    assert bad.returncode == 2 and "Unknown GPU 'H1000'" in bad.stderr

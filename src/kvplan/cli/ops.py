@@ -58,6 +58,9 @@ def doctor_cmd(
                                         "fixes are then predicted by the planner."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM version that wrote the log, when "
                                                "the log does not print it (the planner follows its rules)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="The GPU (catalog name, see `kvplan gpus`) when the log "
+                                      "does not name its size: with the model known, fixes are then planned even "
+                                      "for a log that stopped before vLLM measured its KV memory (a CUDA OOM)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
 ) -> None:
     """Diagnose vLLM logs: findings with evidence lines, numbers and ranked fixes.
@@ -71,7 +74,7 @@ def doctor_cmd(
         stdin_text = sys.stdin.read() if "-" in logs else None
         sources = [read_source(p, stdin_text) for p in logs]
         coverage = _coverage(requests) if requests else None
-        report = diagnose(sources, coverage, model=model, vllm_version=vllm_version)
+        report = diagnose(sources, coverage, model=model, vllm_version=vllm_version, gpu=gpu)
     except UsageError as exc:
         _fail(exc)
     if fmt == "json":

@@ -54,8 +54,17 @@ class _Run:
         if self._planner is None:
             self._planner = make_planner(self.log, self.args, model=self.options.model,
                                          vllm_version=self.options.vllm_version, engine=self.engine_hint,
-                                         max_model_len=max_len, device=self.device())
+                                         max_model_len=max_len, device=self.device(), gpu=self.options.gpu,
+                                         gpu_total_bytes=self.oom_gpu_total())
         return self._planner
+
+    def oom_gpu_total(self) -> Optional[int]:
+        """The GPU's size as a CUDA OOM line in this run states it ("total capacity of 79.19 GiB")."""
+        for line in self.lines[self.start:self.end]:
+            m = sig.OOM_DETAIL.search(line) if "total capacity" in line else None
+            if m:
+                return int(sig.to_gib(sig.num(m.group("total")), m.group("total_unit")) * (1 << 30))
+        return None
 
     def device(self) -> Optional[str]:
         text = "\n".join(self.lines[self.start:self.end])
@@ -71,20 +80,25 @@ class _Run:
 class PlanOptions:
     """What the command line adds to the log for the planner: the model and the vLLM version."""
 
-    def __init__(self, model: Optional[str] = None, vllm_version: Optional[str] = None) -> None:
-        self.model, self.vllm_version = model, vllm_version
+    def __init__(self, model: Optional[str] = None, vllm_version: Optional[str] = None,
+                 gpu: Optional[str] = None) -> None:
+        self.model, self.vllm_version, self.gpu = model, vllm_version, gpu
 
 
 def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None, model: Optional[str] = None,
-             vllm_version: Optional[str] = None) -> DoctorReport:
+             vllm_version: Optional[str] = None, gpu: Optional[str] = None) -> DoctorReport:
     """Findings for every run in ``sources`` ((name, text) pairs). ``model`` (id, alias, config.json
     or folder) and ``vllm_version`` feed the planner where the log does not name them; a bad
     ``model`` raises UsageError (kvplan.models.load_model)."""
-    options = PlanOptions(model, vllm_version)
+    options = PlanOptions(model, vllm_version, gpu)
     if model:
         from ...models import load_model
 
         load_model(model)  # fail fast, before any log is read
+    if gpu:
+        from ...hardware import find_gpu
+
+        find_gpu(gpu)
     runs: list[RunSummary] = []
     findings: list[Finding] = []
     total_lines = 0

@@ -59,7 +59,7 @@ def kv_too_small(max_len: int, kv_tokens: float, args: dict[str, Any], util: Opt
                          (("extra_kv_gib", round(extra, 2)), ("kv_tokens", int(tokens))), basis))
     elif util is None or total_gib is None:
         fixes.append(Fix("--gpu-memory-utilization 0.95", "more KV memory: each +0.01 adds 1% of the GPU's memory "
-                         "(the log names neither the GPU's total nor the utilisation used)", "free"))
+                         f"({pf.missing_from_log(util, total_gib)})", "free"))
     if "fp8" not in str(args.get("kv_cache_dtype", "auto")):
         tokens = kv_tokens * 2  # 16-bit -> 8-bit cache entries: same bytes hold twice the tokens
         fixes.append(Fix("--kv-cache-dtype fp8", _fits(max_len, tokens, "doubles KV tokens"), "accuracy",
@@ -92,7 +92,8 @@ def no_blocks(available_gib: Optional[float], weights_gib: Optional[float], util
                              f"covers the {short or 0:.2f} GiB shortfall plus 1 GiB of KV cache", "free",
                              (("gpu_memory_utilization", round(need, 2)),), basis))
     else:
-        fixes.append(Fix("--gpu-memory-utilization 0.95", "a larger budget (the log does not name the GPU's total memory)", "free"))
+        fixes.append(Fix("--gpu-memory-utilization 0.95", f"a larger budget ({pf.missing_from_log(util, total_gib)})",
+                         "free"))
     if not args.get("enforce_eager"):
         fixes.append(Fix("--enforce-eager", "frees the CUDA-graph memory (slower decode)", "throughput"))
     fixes.append(Fix("--max-num-batched-tokens 2048", "a smaller profiling batch: lower activation peak", "throughput"))
@@ -134,12 +135,13 @@ def oom(kind: str, args: dict[str, Any], util: Optional[float], planner: Optiona
         fixes.append(Fix("lower n / best_of / logprobs in the requests (or --max-logprobs 5)",
                          "the sampler's logits are [num_seqs × n × vocab]: memory scales with n and logprobs", "free"))
         fixes.append(Fix("--max-num-seqs 128", "fewer sequences sampled per step", "throughput"))
-    elif kind == "prefill" and "--max-num-batched-tokens" not in done:
+    elif kind == "prefill" and "--max-num-batched-tokens" not in done and planner is None:
         mnbt = int(args.get("max_num_batched_tokens") or 8192)
         fixes.append(Fix(f"--max-num-batched-tokens {max(512, mnbt // 2)}", f"halves the prefill batch ({mnbt:,} tokens): "
                          "lower activation peak", "throughput", (("max_num_batched_tokens", max(512, mnbt // 2)),)))
     base = "" if util is not None else " (from the default 0.90: the log does not show the value used)"
-    if "--gpu-memory-utilization" not in done:
+    evaluated = planner is not None and util is not None and planner.total_bytes  # pf.oom re-planned it
+    if "--gpu-memory-utilization" not in done and not evaluated:
         fixes.append(Fix(f"--gpu-memory-utilization {lower:.2f}", "leaves 5% more of the GPU outside vLLM's budget for "
                      f"activations and graphs (KV cache shrinks by the same amount){base}", "free",
                      (("gpu_memory_utilization", lower),)))

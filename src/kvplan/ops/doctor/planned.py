@@ -45,10 +45,16 @@ class LogPlanner:
     kv_bytes: int  # measured KV memory per GPU (smallest worker); may be negative (over-committed)
     total_bytes: Optional[int]  # one GPU's memory, when the log names it
     label: str  # "meta-llama/Llama-3.1-8B-Instruct, vLLM 0.6.4 rules (V0)" for the effect texts
+    #: the log measured no KV memory (vLLM failed before it did): every plan, the baseline
+    #: included, estimates it for the GPU (--gpu, or the size the log names), as `kvplan plan` does
+    estimated: bool = False
 
     def replan(self, extra_bytes: int = 0, **changes: Any) -> PlanResult:
-        """The plan with ``changes`` to the flags and ``extra_bytes`` more KV memory per GPU."""
+        """The plan with ``changes`` to the flags and ``extra_bytes`` more KV memory per GPU
+        (an estimated planner re-estimates the memory for the changed flags instead)."""
         req = replace(self.request, **changes)
+        if self.estimated:
+            return plan(req, what_ifs=False, fit_search=True)
         if req.kv_cache_memory_per_stage is not None:
             req = replace(req, kv_cache_memory_per_stage=tuple(max(0, b + extra_bytes)
                                                                  for b in req.kv_cache_memory_per_stage))
@@ -85,22 +91,38 @@ def _int(v: Any) -> Optional[int]:
 
 def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] = None,
                  vllm_version: Optional[str] = None, engine: Optional[str] = None,
-                 max_model_len: Optional[int] = None, device: Optional[str] = None) -> tuple[Optional[LogPlanner], str]:
-    """``(planner, "")``, or ``(None, why the log's own figures must do)``."""
+                 max_model_len: Optional[int] = None, device: Optional[str] = None, gpu: Optional[str] = None,
+                 gpu_total_bytes: Optional[int] = None) -> tuple[Optional[LogPlanner], str]:
+    """``(planner, "")``, or ``(None, why the log's own figures must do)``. ``gpu`` (a catalog
+    name, doctor's --gpu) and ``gpu_total_bytes`` (a size the log names elsewhere, e.g. in a CUDA
+    OOM line) give the GPU; without a measured KV memory the planner estimates it for that GPU."""
     spec, why = resolve_model(log, model)
     if spec is None:
         return None, why
+    device = device or ("cpu" if (log.kv_pool or "").upper() == "CPU" else "cuda")
+    total = int(log.total_gpu_memory_gib * GIB) if log.total_gpu_memory_gib else gpu_total_bytes
+    if gpu:
+        from ...hardware import find_gpu
+
+        the_gpu = find_gpu(gpu)
+        total = total or the_gpu.memory_bytes
+        if total != the_gpu.memory_bytes:
+            the_gpu = replace(the_gpu, memory_bytes=total)
+    else:
+        # Without the GPU's size the plan still holds: every KV figure comes from the measured memory.
+        the_gpu = custom_gpu(total, "GPU from log") if total else custom_gpu(80 * GIB, "GPU (size not in log)")
     explicit = _int(args.get("kv_cache_memory_bytes"))
+    estimated = False
     if explicit is not None:
         kv_bytes = explicit  # vLLM used exactly this (the printed GiB is rounded)
     elif log.available_kv_gib:
         kv_bytes = int(round(min(log.available_kv_gib) * GIB))
+    elif total and device == "cuda":
+        kv_bytes, estimated = 0, True  # vLLM stopped before measuring: estimate it, as `kvplan plan` does
     else:
-        return None, "the log has no measured KV memory ('Available KV cache memory' line)"
-    device = device or ("cpu" if (log.kv_pool or "").upper() == "CPU" else "cuda")
-    total = int(log.total_gpu_memory_gib * GIB) if log.total_gpu_memory_gib else None
-    # Without the GPU's size the plan still holds: every KV figure comes from the measured memory.
-    gpu = custom_gpu(total, "GPU from log") if total else custom_gpu(80 * GIB, "GPU (size not in log)")
+        return None, ("the log has no measured KV memory ('Available KV cache memory' line) and names no GPU size; "
+                      "pass --gpu")
+    gpu = the_gpu
     version = vllm_version or nearest_supported_version(log.vllm_version)[0]
     engine = engine or log.engine
     if version is None and engine == "V0":
@@ -119,7 +141,15 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
         max_model_len=mml, max_num_seqs=_int(args.get("max_num_seqs")),
         max_num_batched_tokens=_int(args.get("max_num_batched_tokens")), block_size=_int(args.get("block_size")),
         enforce_eager=bool(args.get("enforce_eager", False)), vllm_version=version, engine=engine,
-        kv_cache_memory_bytes=max(kv_bytes, 0), kv_memory_source="log")
+        kv_cache_memory_bytes=None if estimated else max(kv_bytes, 0), kv_memory_source="log")
+    if estimated:
+        try:
+            base = plan(req, what_ifs=False, fit_search=True)
+        except (UsageError, ValueError) as exc:
+            return None, f"the planner rejects the log's flags: {exc}"
+        label = (f"{spec.name} on {gpu.name}, vLLM {base.vllm_semantics} rules ({base.engine}), KV memory estimated "
+                 "(the log has no measurement: vLLM stopped before it)")
+        return LogPlanner(req, base, int(base.memory.available_kv_cache_bytes), total, label, estimated=True), ""
     per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
     if per_stage is not None:
         req = replace(req, kv_cache_memory_per_stage=per_stage)

@@ -10,6 +10,8 @@ from typing import Any, Callable, Optional
 from ...errors import UsageError
 from ...hardware import GIB
 from ...memory import PlanResult
+from dataclasses import replace
+
 from .model import COSTS, Fix
 from .planned import BASIS_PLAN, BASIS_RULE, LogPlanner
 
@@ -17,6 +19,16 @@ from .planned import BASIS_PLAN, BASIS_RULE, LogPlanner
 Coverage = Optional[Callable[[int], tuple[float, str]]]
 UTIL_TARGET = 0.95
 MAX_UTIL = 0.98
+
+
+def missing_from_log(util: Optional[float], total: Optional[float]) -> str:
+    """What the log leaves out of the utilisation arithmetic, naming what it does show."""
+    if util is not None and not total:
+        return (f"the log shows gpu_memory_utilization={util:g} but not the GPU's total memory: pass --gpu, or the "
+                "full start-up log")
+    if util is None and total:
+        return "the log does not show the gpu_memory_utilization used: pass the full start-up log"
+    return "the log names neither the GPU's total memory nor the utilisation used: pass --gpu and the full start-up log"
 
 
 def ranked(fixes: list[Fix]) -> tuple[Fix, ...]:
@@ -102,8 +114,7 @@ def _more_memory(p: LogPlanner, base: PlanResult, max_len: Optional[int], args: 
                     "cache from these, in host memory", "free", (), BASIS_RULE)]
     if util is None or not p.total_bytes:
         return [Fix(f"--gpu-memory-utilization {UTIL_TARGET}", "more KV memory: each +0.01 adds 1% of the GPU's memory "
-                    "(the log names neither the GPU's total nor the utilisation used: pass the full start-up log)",
-                    "free", (), BASIS_RULE)]
+                    f"({missing_from_log(util, p.total_bytes)})", "free", (), BASIS_RULE)]
     if util >= UTIL_TARGET:
         return []
     extra = p.bytes_for(UTIL_TARGET - util) or 0
@@ -172,8 +183,8 @@ def no_blocks(p: LogPlanner, util: Optional[float], args: dict[str, Any]) -> tup
                                   "free", r, gpu_memory_utilization=u))
                 break
     else:
-        fixes.append(Fix(f"--gpu-memory-utilization {UTIL_TARGET}", "a larger budget (the log names neither the GPU's "
-                         "total memory nor the utilisation used)", "free", (), BASIS_RULE))
+        fixes.append(Fix(f"--gpu-memory-utilization {UTIL_TARGET}", f"a larger budget "
+                         f"({missing_from_log(util, p.total_bytes)})", "free", (), BASIS_RULE))
     if not args.get("enforce_eager"):
         fixes.append(Fix("--enforce-eager", "frees the CUDA-graph memory (slower decode)", "throughput", (), BASIS_RULE))
     if not args.get("quantization") and p.request.model.quantization is None and p.request.device == "cuda":
@@ -230,15 +241,54 @@ def oom(p: LogPlanner, kind: str, args: dict[str, Any], util: Optional[float]) -
         mnbt = base.flags.max_num_batched_tokens
         half = max(512, mnbt // 2)
         r = p.replan(max_num_batched_tokens=half)
-        fixes.append(_fix(f"--max-num-batched-tokens {half}", f"halves the prefill batch ({mnbt:,} tokens): the plan's "
-                          f"activation peak {base.memory.activation_peak_gib:.2f} -> {r.memory.activation_peak_gib:.2f} GiB "
-                          "per GPU", "throughput", r, max_num_batched_tokens=half,
-                          activation_peak_gib=round(r.memory.activation_peak_gib, 2)))
+        if r.memory.activation_peak_gib < base.memory.activation_peak_gib or not p.estimated:
+            fixes.append(_fix(f"--max-num-batched-tokens {half}", f"halves the prefill batch ({mnbt:,} tokens): the "
+                              f"plan's activation peak {base.memory.activation_peak_gib:.2f} -> "
+                              f"{r.memory.activation_peak_gib:.2f} GiB per GPU", "throughput", r,
+                              max_num_batched_tokens=half, activation_peak_gib=round(r.memory.activation_peak_gib, 2)))
+    if p.estimated and not base.startup.ok:
+        # vLLM died before it could say so, but the plan shows the configuration cannot start anyway:
+        # those fixes come first, and a lower utilisation (less KV memory) is not one of them.
+        fixes.extend(_plan_says(p, base, args))
     if util is not None and p.total_bytes:
         lower = round(util - 0.05, 2)
         r = p.replan(-(p.bytes_for(0.05) or 0), gpu_memory_utilization=lower)
         lost = base.kv.num_gpu_blocks - r.kv.num_gpu_blocks
-        fixes.append(_fix(f"--gpu-memory-utilization {lower:.2f}", f"leaves {0.05 * p.total_bytes / GIB:.2f} GiB more "
-                          f"outside vLLM's budget for activations and graphs; the KV cache loses {lost:,} blocks: plan "
-                          f"gives {_outcome(r)}", "free", r, gpu_memory_utilization=lower))
+        lost_tokens = base.kv.kv_cache_tokens - r.kv.kv_cache_tokens
+        if r.startup.ok or base.startup.ok:
+            fx = _fix(f"--gpu-memory-utilization {lower:.2f}", f"leaves {0.05 * p.total_bytes / GIB:.2f} GiB more "
+                      f"outside vLLM's budget for activations and graphs; the KV cache loses {lost:,} blocks: plan "
+                      f"gives {_outcome(r)}", "capacity" if lost > 0 else "free", r, gpu_memory_utilization=lower)
+            fixes.append(replace(fx, price=f"−{lost_tokens:,} KV tokens ({lost:,} blocks)" if lost > 0 else ""))
     return fixes
+
+
+def _plan_says(p: LogPlanner, base: PlanResult, args: dict[str, Any]) -> list[Fix]:
+    """A failing baseline's own ways out: the largest length that starts, the smallest layout, fp8 KV."""
+    out: list[Fix] = []
+    s = base.startup
+    L = base.flags.max_model_len
+    if s.suggested_max_model_len and s.suggested_max_model_len < L:
+        r = p.replan(max_model_len=s.suggested_max_model_len)
+        if r.startup.ok:
+            lost = f"max_model_len {L:,} → {s.suggested_max_model_len:,}"
+            top = p.replan(gpu_memory_utilization=MAX_UTIL)
+            util_note = (f"even at --gpu-memory-utilization {MAX_UTIL} it does not fit, so a lower utilisation only "
+                         "makes it worse" if not top.startup.ok else
+                         f"at --gpu-memory-utilization {MAX_UTIL} it would ({_outcome(top)})")
+            out.append(replace(_fix(f"--max-model-len {s.suggested_max_model_len}",
+                                    f"past the OOM, the plan says {L:,} tokens cannot start on this layout: "
+                                    f"{(s.error or '').split(' Based on')[0]} ({util_note}); the largest length that "
+                                    f"starts: {_outcome(r)}", "capacity", r), price=lost))
+    fit = s.fits_with
+    if fit is not None and fit.found:
+        gpus = fit.gpus_per_replica
+        r = p.replan(tensor_parallel_size=fit.tensor_parallel_size, pipeline_parallel_size=fit.pipeline_parallel_size)
+        out.append(replace(_fix(f"--tensor-parallel-size {fit.tensor_parallel_size}"
+                                + (f" --pipeline-parallel-size {fit.pipeline_parallel_size}"
+                                   if fit.pipeline_parallel_size > 1 else ""),
+                                f"the smallest layout that starts at max_model_len {L:,} ({gpus} GPUs): plan gives "
+                                f"{_outcome(r)}", "hardware", r), price=f"{gpus} GPUs instead of "
+                           f"{base.parallel.gpus_per_replica}"))
+    out.extend(f for f in _fp8(p, args, L) if dict(f.numbers).get("starts"))
+    return out
