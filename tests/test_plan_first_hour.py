@@ -477,3 +477,19 @@ def test_doctor_names_the_utilisation_the_log_shows_and_takes_gpu(tmp_path):
     assert util["basis"] == "plan" and "+11.88 GiB of KV cache" in util["effect"]
     bad = kvplan("doctor", str(log), "--gpu", "H1000")
     assert bad.returncode == 2 and "Unknown GPU 'H1000'" in bad.stderr
+
+
+def test_profile_judges_a_live_peak_by_the_same_rule():
+    """A real GPU at vLLM's default 0.92 shows ~93% in NVML: by the plan's own rule that is the
+    pre-allocation, not a failure; only a peak beyond it plus the estimate's band fails."""
+    from kvplan.cli.plan_flags import plan_from_args
+    from kvplan.ops.profile_checks import GPU_MEMORY_LIMIT, peak_limit
+
+    planned = plan_from_args(["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
+                              "--max-model-len", "4096"])
+    total = planned.flags.gpu_memory_bytes
+    limit = peak_limit(planned, total)
+    assert 0.9288 + 0.02 < limit < 0.96
+    assert peak_limit(None, total) == GPU_MEMORY_LIMIT
+    help_text = flat(kvplan("profile", "--help").stdout)
+    assert "what the plan pre-allocates plus the estimate's error band" in help_text

@@ -43,8 +43,9 @@ def profile_cmd(
     burst: Optional[int] = typer.Option(None, "--burst", help="Requests in the burst (default: the planned "
                                         "concurrency, at most 64)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds for all probes together."),
-    gpu_memory_limit: float = typer.Option(0.90, "--gpu-memory-limit", help="Peak GPU memory allowed, as a share of "
-                                           "the GPU."),
+    gpu_memory_limit: Optional[float] = typer.Option(None, "--gpu-memory-limit", help="Peak GPU memory allowed, as a "
+                                                     "share of the GPU (default: what the plan pre-allocates plus the "
+                                                     "estimate's error band; 0.90 without a plan)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token (default: $OPENAI_API_KEY). Never "
                                           "printed.", show_default=False),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
@@ -69,7 +70,7 @@ def profile_cmd(
             raise UsageError("give either --url URL (a running server) or --launch (start one from the plan flags)")
         if launch and not plan_args:
             raise UsageError("--launch needs the plan flags (as for kvplan plan), e.g. --model ./my-model --gpu H100")
-        if not 0 < gpu_memory_limit <= 1:
+        if gpu_memory_limit is not None and not 0 < gpu_memory_limit <= 1:
             raise UsageError(f"--gpu-memory-limit {gpu_memory_limit}: a share of the GPU, in (0, 1]")
         plan_result = plan_for_server(plan_args, log if url else None)
         log_text = None

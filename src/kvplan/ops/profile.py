@@ -387,7 +387,7 @@ def _startup(log_text: Optional[str]):
 def profile_server(base_url: str, *, plan_result=None, log_text: Optional[str] = None,
                    model_name: Optional[str] = None, long_prompt_tokens: Optional[int] = None,
                    burst_concurrency: Optional[int] = None, timeout_s: float = 300.0,
-                   api_key: Optional[str] = None, gpu_memory_limit: float = GPU_MEMORY_LIMIT) -> ProfileResult:
+                   api_key: Optional[str] = None, gpu_memory_limit: Optional[float] = None) -> ProfileResult:
     """Profile the vLLM server at ``base_url`` (see the module docstring); compare with
     ``plan_result`` when given. Raises UsageError for a malformed URL or arguments, ProfileError
     when the server cannot be profiled."""

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .profile import ProfileStep
 
 MAX_BURST = 64  # requests in the burst at most: a profile is a probe, not a load test
-GPU_MEMORY_LIMIT = 0.90  # the pre-launch checklist's "peak memory under 90% of the GPU"
+GPU_MEMORY_LIMIT = 0.90  # the peak allowed without a plan to compare with (see peak_limit)
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,25 @@ def _check(id_: str, title: str, measured, planned, tolerance: str, evidence: st
     return ProfileCheck(id_, title, status, measured, planned, tolerance, skipped if ok is None else evidence)
 
 
+def peak_limit(plan_result, gpu_total: Optional[int]) -> float:
+    """The measured peak a server may reach: what its plan pre-allocates (vLLM fills its budget by
+    design: 0.92 of the GPU plus the CUDA context) plus the estimate's error band; without a plan,
+    GPU_MEMORY_LIMIT. The same rule as preflight's plan_memory."""
+    if plan_result is None or not gpu_total or plan_result.flags.device != "cuda":
+        return GPU_MEMORY_LIMIT
+    from ..memory.borderline import error_band_bytes
+
+    m = plan_result.memory
+    planned = (m.non_kv_gib + m.kv_cache_used_gib + m.preexisting_gib) / m.total_gib_per_gpu if m.total_gib_per_gpu else 0
+    return min(1.0, round(planned + error_band_bytes(gpu_total) / gpu_total, 4))
+
+
 def build_checks(srv: ServerFacts, plan_result, log, steps: dict[str, "ProfileStep"], burst_planned: int,
-            gpu_total: Optional[int], gpu_limit: float) -> list[ProfileCheck]:
+            gpu_total: Optional[int], gpu_limit: Optional[float]) -> list[ProfileCheck]:
+    """``gpu_limit``: the peak GPU memory allowed as a share of the GPU (None: :func:`peak_limit`)."""
     out: list[ProfileCheck] = []
+    if gpu_limit is None:
+        gpu_limit = peak_limit(plan_result, gpu_total)
     no_plan = "no plan given (pass the plan flags, e.g. --model … --kv-cache-memory …): nothing to compare with"
     planned_blocks = plan_result.kv.num_gpu_blocks if plan_result else None
     src = "vllm:cache_config_info num_gpu_blocks" if srv.cache_labels.get("num_gpu_blocks") else "start-up log"
