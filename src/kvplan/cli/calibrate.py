@@ -79,10 +79,10 @@ def calibrate_cmd(
                           kv_cache_dtype=f.kv_cache_dtype, serve_command=pr.serve_command)
             dev = "CPU" if device == "cpu" else f.gpu
             if device != "cpu":
-                from ..sim.steptime import default_profile
+                from ..sim.steptime import roofline_profile
 
                 try:  # the catalog's roofline next to the measurement: how far from the prior this GPU runs
-                    prior = default_profile(req, pr).to_dict()
+                    prior = roofline_profile(req, pr).to_dict()
                 except UsageError:
                     prior = None
         elif gpu:

@@ -69,11 +69,11 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         raise PlanDoesNotStart(plan_result.startup.error or "the configuration does not start")
     if not timeline_interval_s > 0:
         raise UsageError("the timeline interval must be positive")
-    prof = profile or default_profile(request, plan_result)
     f, kv = plan_result.flags, plan_result.kv
     if async_scheduling is None:
         # on by default (config/vllm.py), but the CPU platform turns it off (platforms/cpu.py)
         async_scheduling = f.device != "cpu"
+    prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling)
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result, request)
     engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
@@ -303,7 +303,9 @@ def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: 
         from ..memory import plan
 
         plan_result = plan(request, what_ifs=False)
-    prof = profile or default_profile(request, plan_result)
+    asy = sim_kwargs.get("async_scheduling")
+    prof = profile or default_profile(request, plan_result,
+                                      async_scheduling=(request.device != "cpu") if asy is None else asy)
     probes: list[dict] = []
 
     judge_errors = not any(s.key == "error_rate" for s in slo)  # else the SLO's error_rate decides

@@ -138,7 +138,27 @@ class StepTimeProfile:
         return cls.from_dict(data, str(p))
 
 
-def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None) -> StepTimeProfile:
+def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None, *,
+                    async_scheduling: Optional[bool] = None):
+    """The step-time model a GPU run uses without a calibrated profile: the per-operator model over
+    measured vLLM kernel tables (:mod:`kvplan.sim.opmodel`; the nearest measured GPU's efficiencies
+    at this GPU's own peaks when it has no tables, and the result says so). A calibrated profile
+    (``kvplan calibrate``) is passed explicitly and always wins. ``async_scheduling`` (default on,
+    as vLLM's GPU default) decides whether the engine's CPU work overlaps the GPU's."""
+    from ..memory import plan
+
+    if request.device == "cpu":
+        return roofline_profile(request, plan_result)  # raises: no CPU prior
+    gpu = request.gpu
+    if not gpu.bandwidth_gbs or not gpu.bf16_tflops:
+        return roofline_profile(request, plan_result)  # raises the catalog's own error
+    from .opmodel import build
+
+    res = plan_result or plan(request, what_ifs=False)
+    return build(request, res, async_scheduling=True if async_scheduling is None else async_scheduling)
+
+
+def roofline_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None) -> StepTimeProfile:
     """The roofline prior for ``request``'s model on its GPU and tensor-parallel size: weights and KV
     bytes per GPU over the catalog bandwidth, FLOPs per token (2 × active parameters per GPU, plus
     attention) over the catalog peak, and two all-reduces per layer over the interconnect."""
