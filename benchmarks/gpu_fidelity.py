@@ -106,6 +106,10 @@ def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
     if (case.get("pipeline_parallel_size") or 1) > 1:
         argv += ["-pp", str(case["pipeline_parallel_size"])]
     ver = _version_tuple(case.get("vllm_version"))
+    if (case.get("tensor_parallel_size") or 1) > 1 and re.search(r"GPU pods", case.get("notes", "")):
+        # one GPU per Kubernetes pod (Ray across containers): no CUDA IPC, so no custom all-reduce
+        argv += ["--gpus-per-node", "1"]
+        notes.append("one GPU per pod: TP over the network (--gpus-per-node 1)")
     if s.get("max_model_len") and str(s["max_model_len"]).isdigit():
         argv += ["--max-model-len", str(s["max_model_len"])]
     for key, flag in (("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"),

@@ -49,9 +49,18 @@ class Overheads:
     cpu_step_s: float = 0.0015
     #: ... and per scheduled sequence.
     cpu_seq_s: float = 1.0e-5
-    #: API server latency per request seen by the client (HTTP, tokenisation, detokenisation,
+    #: API server latency per request seen by the client on an idle server (HTTP, detokenisation,
     #: streaming): added to TTFT and E2E.
-    request_s: float = 0.02
+    request_s: float = 0.005
+    #: The API server is one process: each request holds it for this long (HTTP parsing, request
+    #: validation, input processing) before it reaches the engine, one after the other ...
+    api_request_s: float = 0.002
+    #: ... plus tokenisation per prompt token.
+    api_prompt_token_s: float = 1.0e-6
+    #: Tensor parallelism across nodes or containers (TP > --gpus-per-node): NCCL over the host
+    #: network instead of vLLM's custom all-reduce: latency per all-reduce and bus bandwidth.
+    net_allreduce_latency_s: float = 5.0e-5
+    net_bandwidth_gbs: float = 5.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +100,8 @@ class OperatorStepTime:
     cpu_seq_s: float
     async_overlap: bool
     request_overhead_s: float
+    api_request_s: float
+    api_prompt_token_s: float
     source: str
     device: str
     clock: dict
@@ -139,7 +150,8 @@ class OperatorStepTime:
                 "prefill_fixed_s": self.prefill_fixed_s, "sliding_per_kv_token_s": self.sliding_per_kv_token_s,
                 "sliding_window": self.sliding_window, "fixed_gpu_s": self.fixed_gpu_s,
                 "cpu_step_s": self.cpu_step_s, "cpu_seq_s": self.cpu_seq_s, "async_overlap": self.async_overlap,
-                "request_overhead_s": self.request_overhead_s, "notes": list(self.notes),
+                "request_overhead_s": self.request_overhead_s, "api_request_s": self.api_request_s,
+                "api_prompt_token_s": self.api_prompt_token_s, "notes": list(self.notes),
                 # what one step costs at a few shapes, so a reader sees the clock without running it
                 "examples_s": {f"decode_{n}": round(self.time(n, n, n * 1024, 0.0), 6) for n in (1, 32, 256)}
                 | {"prefill_2048": round(self.time(2048, 1, 2048, 2048 * 2048 / 2.0), 6)}}
@@ -184,6 +196,10 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     kv_bytes = 1.0 if kv_name.startswith("fp8") else 2.0
     eager = plan_result.flags.enforce_eager
     ar = K.AllReduce(table["allreduce"], tp, graph=not eager) if tp > 1 else None
+    cross_node = tp > max(1, request.gpus_per_node)
+    if cross_node:
+        def ar(nbytes: float) -> float:  # noqa: F811 - NCCL ring over the network
+            return ov.net_allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / (ov.net_bandwidth_gbs * 1e9)
     wo = {k: K.weight_only_ratio(table, k) for k in ("int4", "mxfp4")}
     notes: list[str] = []
     if wo["mxfp4"] is None and wo["int4"] is not None:
@@ -315,6 +331,10 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
 
     fixed = (ov.step_s + n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))
              + attn_layers * dec["c0_s"])
+    if cross_node:
+        notes.append(f"TP {tp} spans {-(-tp // max(1, request.gpus_per_node))} nodes/containers: all-reduce over "
+                     f"the network ({ov.net_bandwidth_gbs:g} GB/s, {ov.net_allreduce_latency_s * 1e6:.0f} us each, "
+                     "fitted), not vLLM's custom all-reduce")
     if pp > 1:
         # a step passes every stage in turn (no micro-batch overlap): the layers already sum all
         # stages; each stage boundary adds a send/recv of the activations
@@ -340,6 +360,7 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
         prefill_fixed_s=attn_layers * pre["c0_s"], sliding_per_kv_token_s=sliding_per_kv_token_s,
         sliding_window=window, fixed_gpu_s=fixed, cpu_step_s=ov.cpu_step_s, cpu_seq_s=ov.cpu_seq_s,
         async_overlap=async_scheduling, request_overhead_s=ov.request_s,
+        api_request_s=ov.api_request_s, api_prompt_token_s=ov.api_prompt_token_s,
         source=f"kernel model for {gpu.name} TP{tp}" + (f" PP{pp}" if pp > 1 else "") + f": {tables_desc}",
         device=gpu.name, clock=clock, notes=tuple(notes),
         components={"per_token": {"gemm": layers_per_token, "allreduce": comm_per_token,

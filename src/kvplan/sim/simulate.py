@@ -54,6 +54,25 @@ def _groups(plan_result, request) -> tuple[tuple[str, int, int], ...]:
     return tuple(out) or (("full", 0, 0),)
 
 
+def _api_handoff(requests, prof):
+    """The API server is one process that takes requests one at a time (HTTP, validation,
+    tokenisation: ``api_request_s`` + ``api_prompt_token_s`` per prompt token) before the engine
+    sees them: a burst reaches the engine spread out. Returns when each request reaches the engine,
+    or None when the step model has no API-server cost (calibrated profiles: their
+    request_overhead_s covers it)."""
+    c0 = getattr(prof, "api_request_s", 0.0) or 0.0
+    c1 = getattr(prof, "api_prompt_token_s", 0.0) or 0.0
+    if not (c0 or c1):
+        return None
+    free = -math.inf
+    out = []
+    for r in requests:
+        a = r.arrival_s
+        free = (a if a > free else free) + c0 + c1 * r.prompt_tokens
+        out.append(free)
+    return out
+
+
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
              plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
              enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
@@ -76,6 +95,9 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling)
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result, request)
+    # closed loop: the engine decides when each request is sent; the API server's serial queue
+    # is not applied there (at most max_concurrency requests wait in it)
+    handoff = None if getattr(trace, "max_concurrency", None) else _api_handoff(trace.requests, prof)
     engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
                     max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
                     max_model_len=f.max_model_len, profile=prof, groups=groups,
@@ -83,7 +105,14 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
                     long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                     async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
                     max_steps=max_steps, max_concurrency=getattr(trace, "max_concurrency", None),
-                    warm_prefixes=getattr(trace, "warm_prefixes", ()) if enable_prefix_caching else ()).run()
+                    warm_prefixes=getattr(trace, "warm_prefixes", ()) if enable_prefix_caching else ())
+    if handoff is not None:
+        for r, a in zip(engine.reqs, handoff):
+            r.arrival = a
+    engine.run()
+    if handoff is not None:  # latencies count from the client's send, the API server's wait included
+        for r, orig in zip(engine.reqs, trace.requests):
+            r.arrival = orig.arrival_s
     notes = list(getattr(trace, "notes", ()) or ())
     if dp > 1:
         notes.append(f"data_parallel_size {dp}: one engine (one replica) is simulated with the whole trace; "
@@ -186,7 +215,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     from .bench_summary import bench_summary
 
     return SimResult(
-        meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS},
+        meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS, "clock": clock_of(profile)},
         bench=bench_summary(engine, trace, ovh),
         config=config, requests=requests, tokens=tokens, latency_s=latency, throughput=throughput,
         preemptions=engine.preemptions, rejected=engine.rejected,
@@ -200,6 +229,21 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
         timeline=_coarsen(engine.timeline, MAX_TIMELINE_ROWS), first_token_order=tuple(engine.first_order), saturation=sat,
         profile=profile.to_dict(), trace=trace.to_dict(), checks=tuple(checks), per_request=per,
         samples={"ttft": cap(ttft), "e2e": cap(e2e), "tpot": cap(tpot)}, notes=notes)
+
+
+def clock_of(profile) -> dict:
+    """The step-time model a result stands on: its form, kernel data and measured error."""
+    d = profile.to_dict()
+    clock = d.get("clock")
+    if clock:
+        return {"model": clock["model"], "kernel_tables": clock["kernel_tables"],
+                "kernel_tables_exact": clock["kernel_tables_exact"],
+                "kernels_vllm_version": clock["kernels_vllm_version"], "validation": clock["validation"],
+                "source": d.get("source")}
+    kind = "calibrated profile" if d.get("fit") or d.get("source", "").startswith("calibrat") else "roofline prior"
+    return {"model": kind, "kernel_tables": None, "kernel_tables_exact": None, "kernels_vllm_version": None,
+            "validation": {"measured": bool(d.get("fit")), "note": "fitted to a measured run" if d.get("fit")
+                           else "assumed efficiencies, error unmeasured"}, "source": d.get("source")}
 
 
 def _coarsen(rows: list, cap: int) -> tuple:
