@@ -178,7 +178,17 @@ def distil_moe(rs: list[dict], gemm: dict, gpu: dict) -> tuple[dict, dict]:
             per_m.append(round(float(np.median(rr)), 3) if rr else None)
         if any(x is not None for x in per_m):
             ratios_out[name] = per_m
-    return {"tokens": MOE_TOKENS, "routing": dist, "grouped_factor": factors}, {"tokens": MOE_TOKENS, "ratio_to_bf16": ratios_out}
+    # the measured shapes themselves (gpt-oss, Mixtral, DeepSeek, Qwen3 MoE...): an exact-shape
+    # lookup beats any transfer when a model matches one
+    direct = []
+    for key in sorted({k[:1] + k[2:] for k in lat}):
+        dt, h, i, k, e = key
+        pts = sorted((t, v) for (d2, t, h2, i2, k2, e2), v in lat.items() if (d2, h2, i2, k2, e2) == key)
+        if len(pts) >= 5:
+            direct.append({"dtype": dt, "hidden": h, "inter": i, "topk": k, "experts": e,
+                           "tokens": [t for t, _ in pts], "latency_s": [float(f"{v * 1e-3:.4g}") for _, v in pts]})
+    return ({"tokens": MOE_TOKENS, "routing": dist, "grouped_factor": factors, "direct": direct},
+            {"tokens": MOE_TOKENS, "ratio_to_bf16": ratios_out})
 
 
 def _fit(X, y):

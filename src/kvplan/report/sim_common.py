@@ -58,11 +58,31 @@ def headline(d: dict) -> list[tuple[str, str]]:
         ("engine", f"{d['engine']['steps']:,} steps, mean {duration(d['engine'].get('mean_step_s'))}, "
                    f"max waiting {d['engine'].get('max_waiting', 0):,}"),
         ("step time", d["profile"].get("source", "")),
+        ("clock", clock_line(d["profile"])),
     ]
     search = d.get("saturation_search")
     if search:
         rows.append(("max sustainable", f"{num(search.get('max_rate'))} req/s ({search.get('reason')})"))
     return rows
+
+
+def clock_line(profile: dict) -> str:
+    """How far to trust the step times: the model, its kernel data and its measured error."""
+    clock = profile.get("clock")
+    if not clock:
+        if profile.get("fit"):
+            return f"calibrated profile ({profile.get('source', '')}): fitted to a measured run of this setup"
+        return "roofline prior with assumed efficiencies: error unmeasured (calibrate on a real run)"
+    v = clock.get("validation") or {}
+    tables = (f"{clock.get('kernel_tables')} kernel tables (vLLM {clock.get('kernels_vllm_version')})"
+              + ("" if clock.get("kernel_tables_exact", True) else " transferred to this GPU"))
+    if v.get("measured"):
+        err = ", ".join(f"{k.replace('_', ' ')} {v[k] * 100:.0f}%" for k in ("output_throughput", "ttft", "tpot")
+                        if v.get(k) is not None)
+        trust = f"median |error| on {v.get('cases', '?')} published runs of this GPU: {err}"
+    else:
+        trust = v.get("note") or "error on this GPU unmeasured"
+    return f"per-operator model over {tables}; {trust}"
 
 
 def latency_rows(d: dict) -> list[list[str]]:

@@ -22,6 +22,12 @@ def render_markdown(r: TuneResult, top: int = 10) -> str:
         out += [f"- `{_cell(k)}` ({dict(r.pruned.by_reason).get(k, 0)}): {_cell(v)}" for k, v in r.pruned.examples]
     if r.notes:
         out += ["", *[f"- {_cell(n)}" for n in r.notes]]
+    from .sim_common import clock_line
+
+    for gpu, clock in r.clock.items():
+        line = clock_line({"clock": clock} if clock.get("kernel_tables") else
+                          {"source": clock.get("source", ""), "fit": clock.get("model") == "calibrated profile"})
+        out.append(f"- clock on {_cell(gpu)}: {_cell(line)}")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -54,3 +54,7 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
             con.print(f"[bold]pruned {escape(kind)}[/bold] ({dict(r.pruned.by_reason).get(kind, 0)}): {escape(text)}")
     for n in r.notes:
         con.print(f"• {escape(n)}")
+    from .sim_common import clock_line
+
+    for gpu, clock in r.clock.items():
+        con.print(f"• clock on {escape(gpu)}: {escape(clock_line({'clock': clock} if 'validation' in clock and clock.get('kernel_tables') else {'source': clock.get('source', ''), 'fit': clock.get('model') == 'calibrated profile'}))}")

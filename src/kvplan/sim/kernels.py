@@ -179,3 +179,24 @@ def moe_factor(table: dict, dtype: str) -> PerTokens:
     f = table.get("moe", {}).get("grouped_factor", {})
     vals = f.get(dtype) or f.get("bfloat16") or []
     return PerTokens(table.get("moe", {}).get("tokens", []), vals, default=1.0)
+
+
+AIC_MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "int4": "int4_wo",
+                 "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
+
+
+def moe_direct(table: dict, kind: str, hidden: int, inter: float, experts: int, topk: int) -> Optional[PerTokens]:
+    """The fused-MoE latency measured on exactly this shape and dtype (seconds per layer against
+    tokens), or None."""
+    want = AIC_MOE_DTYPE.get(kind)
+    for d in table.get("moe", {}).get("direct", ()):
+        if (d["dtype"] == want and d["hidden"] == hidden and abs(d["inter"] - inter) < 1 and d["experts"] == experts
+                and d["topk"] == topk):
+            return PerTokens(d["tokens"], d["latency_s"], default=0.0)
+    return None
+
+
+def same_arch_tables(name: str) -> list[str]:
+    arch = {"A100-SXM4-80GB": "ampere", "H100-SXM5-80GB": "hopper", "H200-141GB": "hopper", "L40S": "ada",
+            "B200-180GB": "blackwell"}
+    return [n for n in available() if n != name and arch.get(n) == arch.get(name)]

@@ -281,7 +281,41 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     d = spec.hidden_size
     vocab_rank = -(-spec.vocab_size // 64) * 64 / tp
 
+    direct_cache: dict = {}
+
+    def direct_for(e: int, k: int, inter: float, kind: str):
+        """A measured fused-MoE curve for this exact shape: this GPU's, else a same-architecture
+        GPU's scaled by the two GPUs' measured bf16 GEMM times for the expert GEMM."""
+        key = (e, k, inter, kind)
+        if key not in direct_cache:
+            hit = K.moe_direct(table, kind, d, inter, e, k)
+            if hit is not None:
+                direct_cache[key] = (hit, None)
+            else:
+                direct_cache[key] = None
+                for other in K.same_arch_tables(table_name):
+                    ot = K.load_table(other)
+                    hit = K.moe_direct(ot, kind, d, inter, e, k)
+                    if hit is not None:
+                        from ..hardware import find_gpu
+
+                        og = K.gemm_table_for(ot, find_gpu(other))
+                        direct_cache[key] = (hit, og)
+                        notes.append(f"{kind} experts ({e}x{d}x{int(inter)}) at {other}'s measured fused-MoE speed, "
+                                     f"scaled by the two GPUs' measured GEMM times")
+                        break
+        return direct_cache[key]
+
     def moe_t(m: int, e: int, k: int, inter: float, kind: str) -> float:
+        dm = direct_for(e, k, inter, kind)
+        if dm is not None:
+            curve, other = dm
+            t = curve(m)
+            if other is not None:
+                touched = e * (1.0 - (1.0 - k / e) ** m)
+                me = m * k / touched
+                t *= gemm.time(me, 2 * inter, d) / other.time(me, 2 * inter, d)
+            return t
         touched = e * (1.0 - (1.0 - k / e) ** m)
         me = m * k / touched
         base_kind = kind if kind in ("fp8", "fp8_block") else "bfloat16"
@@ -329,6 +363,10 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     def seq_fn(s: int) -> float:
         return lm_head(s) + ov.seq_s * s + attn_layers * dec["per_seq_s"] * s + state_bytes * s / (bw * 0.8)
 
+    # evaluate once so the lookups that add notes (a transferred MoE curve) have run
+    tok_fn(1)
+    if any("fused-MoE speed" in n for n in notes):
+        notes[:] = [n for n in notes if "Marlin int4 speed" not in n]
     fixed = (ov.step_s + n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))
              + attn_layers * dec["c0_s"])
     if cross_node:
@@ -379,3 +417,15 @@ def validation_error(table_name: str) -> dict:
         return {"measured": False, "note": f"no published end-to-end vLLM runs on {table_name} in the "
                                            "development set: the error on this GPU is unknown"}
     return {"measured": True, **v}
+
+
+def clock_for_gpu(gpu) -> dict:
+    """The clock a GPU's default step-time model states, without building one (for tune)."""
+    from . import kernels as K
+
+    if not gpu.bandwidth_gbs or not gpu.bf16_tflops:
+        return {"model": "none (no catalog peaks)", "kernel_tables": None, "validation": {"measured": False}}
+    name, exact = K.nearest_measured(gpu)
+    return {"model": MODEL_FORM, "kernel_tables": name, "kernel_tables_exact": exact,
+            "kernels_vllm_version": K.load_table(name).get("vllm_version"),
+            "validation": validation_error(gpu.name if exact else name)}

@@ -98,6 +98,8 @@ class TuneResult:
     elapsed_s: float
     notes: tuple[str, ...] = ()
     base: dict = field(default_factory=dict)
+    #: per GPU of the space: the step-time model its rows stand on and its measured error
+    clock: dict = field(default_factory=dict)
 
     @property
     def winner(self) -> Optional[TuneRow]:
@@ -125,6 +127,7 @@ class TuneResult:
             "pareto": {"x": "output_tokens_per_s_per_gpu", "y": self.pareto_latency, "ranks": list(self.pareto)},
             "ranked": [r.to_dict() for r in self.rows],
             "backend": dict(self.backend), "elapsed_s": round(self.elapsed_s, 3), "notes": list(self.notes),
+            "clock": dict(self.clock),
         }
 
 
@@ -222,7 +225,23 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
         backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive, "reuse": reuse},
         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
         base={"model": base.model.name, "gpu": base.gpu.name},
+        clock=_clocks(cands, base, profile),
     )
+
+
+def _clocks(cands, base, profile) -> dict:
+    from .opmodel import clock_for_gpu
+
+    out = {}
+    for c in cands:
+        g = c.request.gpu
+        if g.name in out or c.request.device == "cpu":
+            continue
+        if profile is not None and g.name == base.gpu.name:
+            out[g.name] = {"model": "calibrated profile", "source": profile.source}
+        else:
+            out[g.name] = clock_for_gpu(g)
+    return out
 
 
 def _simulate_level(runner: Runner, level: list[Candidate], base, profile, all_replicas: bool, reuse: bool,
