@@ -354,8 +354,24 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     def attn_per_token(m: int) -> float:
         return tok_head_s * m * heads_total + elem_bytes_per_token * m / (bw * 0.8)
 
-    def tok_fn(m: int) -> float:
+    def exact_tok(m: int) -> float:
         return layers_per_token(m) + comm_per_token(m) + attn_per_token(m)
+
+    grid: dict = {}
+
+    def tok_fn(m: int) -> float:
+        # above the CUDA-graph sizes the time is smooth in m: exact on a 64-token grid, linear
+        # between (bounds the lookups to max_num_batched_tokens / 64 per configuration)
+        if m <= _CAPTURE[-1] or m % 64 == 0:
+            return exact_tok(m)
+        lo = m - m % 64
+        a = grid.get(lo)
+        if a is None:
+            a = grid[lo] = exact_tok(lo)
+        b = grid.get(lo + 64)
+        if b is None:
+            b = grid[lo + 64] = exact_tok(lo + 64)
+        return a + (b - a) * (m - lo) / 64.0
 
     def lm_head(s: int) -> float:
         return gemm_t(s if eager else _pad(s), vocab_rank, d, "bfloat16") if s else 0.0
