@@ -112,6 +112,10 @@ def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
         notes.append("one GPU per pod: TP over the network (--gpus-per-node 1)")
     if s.get("max_model_len") and str(s["max_model_len"]).isdigit():
         argv += ["--max-model-len", str(s["max_model_len"])]
+    elif case.get("source_group") == "dennislee22-vLLM-benchmarking":
+        # tests 6-8 published no server log; every published log of the series sets 16384
+        argv += ["--max-model-len", "16384"]
+        notes.append("max_model_len 16384 as in the series' published logs (not stated for this test)")
     for key, flag in (("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"),
                       ("gpu_memory_utilization", "--gpu-memory-utilization"), ("block_size", "--block-size")):
         if s.get(key) not in (None, ""):

@@ -54,7 +54,7 @@ class Overheads:
     request_s: float = 0.005
     #: The API server is one process: each request holds it for this long (HTTP parsing, request
     #: validation, input processing) before it reaches the engine, one after the other ...
-    api_request_s: float = 0.002
+    api_request_s: float = 0.008
     #: ... plus tokenisation per prompt token.
     api_prompt_token_s: float = 1.0e-6
     #: Tensor parallelism across nodes or containers (TP > --gpus-per-node): NCCL over the host
