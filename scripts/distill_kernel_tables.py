@@ -94,7 +94,7 @@ def distil_gemm(rs: list[dict], gpu: dict) -> dict:
         by[(r["gemm_dtype"], r["m"], r["n"], r["k"])] = min(r["latency"], by.get((r["gemm_dtype"], r["m"], r["n"], r["k"]), math.inf))
     dtypes = sorted({k[0] for k in by if k[0] in WEIGHT_BYTES})
     ms = [m for m in M_GRID if ("bfloat16", m, 4096, 4096) in by]
-    out = {"m": ms, "n": NK_GRID, "k": NK_GRID, "eff_per_mille": {}}
+    out = {"m": ms, "n": NK_GRID, "k": NK_GRID, "neg_ln_eff_x200": {}}
     for dt in dtypes:
         bw, f = peaks(gpu, dt)
         grid = []
@@ -106,10 +106,10 @@ def distil_gemm(rs: list[dict], gpu: dict) -> dict:
                         grid.append(None)
                         continue
                     eff = roofline_gemm(m, n, k, dt, bw, f) / (lat * 1e-3)
-                    grid.append(int(round(min(eff, 1.5) * 1000)))
+                    grid.append(int(round(-math.log(min(max(eff, 1e-6), 1.5)) * 200)))  # -ln(eff)·200: 0.5 % steps
         # fill holes (None / -1) with the nearest filled cell along k, then n
         _fill(grid, len(ms), len(NK_GRID))
-        out["eff_per_mille"][dt] = grid
+        out["neg_ln_eff_x200"][dt] = grid
     return out
 
 
@@ -130,7 +130,7 @@ def _fill(grid: list, nm: int, nk: int) -> None:
                                     break
                         if best is not None:
                             break
-                    grid[idx(i, j, l)] = best if best is not None else 500
+                    grid[idx(i, j, l)] = best if best is not None else 139
 
 
 def gemm_time_from(table: dict, gpu: dict, dt: str, m: float, n: int, k: int) -> float:
@@ -155,7 +155,7 @@ def distil_moe(rs: list[dict], gemm: dict, gpu: dict) -> tuple[dict, dict]:
            for r in sel}
     factors: dict = {}
     for dt in ("bfloat16", "fp8", "fp8_block"):
-        if dt not in gemm["eff_per_mille"]:
+        if dt not in gemm["neg_ln_eff_x200"]:
             continue
         per_m = []
         for m in MOE_TOKENS:

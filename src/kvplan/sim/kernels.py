@@ -73,7 +73,7 @@ class GemmTable:
         self.lm = [math.log(m) for m in gemm["m"]]
         self.ln = [math.log(n) for n in gemm["n"]]
         self.lk = [math.log(k) for k in gemm["k"]]
-        self.eff = {dt: [v / 1000.0 for v in grid] for dt, grid in gemm["eff_per_mille"].items()}
+        self.eff = {dt: [math.exp(-v / 200.0) for v in grid] for dt, grid in gemm["neg_ln_eff_x200"].items()}
         self.bw, self.f16, self.f8 = bw, bf16_flops, fp8_flops
 
     def dtype(self, want: str) -> str:
@@ -98,7 +98,7 @@ class GemmTable:
                     continue
                 base = ((i + di) * nn + j + dj) * nk + l
                 acc += a * b * ((1 - wl) * grid[base] + wl * grid[base + 1])
-        return max(acc, 0.02)
+        return max(acc, 1e-5)
 
     def time(self, m: float, n: float, k: float, dtype: str = "bfloat16") -> float:
         dt = self.dtype(dtype)

@@ -1,0 +1,133 @@
+"""The GPU step-time model (kvplan.sim.opmodel) over the shipped kernel tables: what it must
+respect whatever the fitted constants are (monotonic in work, faster hardware/dtypes faster,
+stated clock, lazy import), and the tables' shape."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvplan.hardware import catalog, find_gpu
+from kvplan.memory import PlanRequest, plan
+from kvplan.models import load_model
+from kvplan.sim import default_profile, simulate, synthetic_trace
+from kvplan.sim import kernels as K
+from kvplan.sim.opmodel import OperatorStepTime
+from kvplan.workload.lengthdist import parse_length
+
+
+def _model(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", tp=1, **kw):
+    req = PlanRequest(model=load_model(model), gpu=find_gpu(gpu), tensor_parallel_size=tp, max_model_len=4096, **kw)
+    return req, default_profile(req, plan(req, what_ifs=False))
+
+
+def test_shipped_tables_are_compact_and_complete():
+    names = K.available()
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "H200-141GB", "L40S", "B200-180GB"} <= set(names)
+    for n in names:
+        path = K.KERNEL_DIR / f"{n}.json"
+        assert path.stat().st_size < 80_000
+        t = json.loads(path.read_text())
+        assert t["format"] == K.KERNEL_FORMAT and t["source"]["licence"] == "Apache-2.0"
+        g = t["gemm"]
+        for grid in g["neg_ln_eff_x200"].values():
+            assert len(grid) == len(g["m"]) * len(g["n"]) * len(g["k"]) and all(-100 < v < 2800 for v in grid)
+        assert t["attention"] and t["allreduce"]["graph"]
+
+
+def test_every_catalog_gpu_with_peaks_gets_a_model_and_says_where_its_efficiencies_come_from():
+    m = load_model("Qwen/Qwen2.5-7B-Instruct")
+    for gpu in catalog():
+        if not gpu.bandwidth_gbs or not gpu.bf16_tflops or gpu.memory_gib < 20:
+            continue
+        req = PlanRequest(model=m, gpu=gpu, max_model_len=2048)
+        pr = plan(req, what_ifs=False)
+        if not pr.startup.ok:
+            continue
+        p = default_profile(req, pr)
+        assert isinstance(p, OperatorStepTime) and p.time(1, 1, 100, 0) > 0
+        assert p.clock["kernel_tables_exact"] == (gpu.name in K.available())
+        if not p.clock["kernel_tables_exact"]:
+            assert any("no measured kernel tables" in n for n in p.notes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tokens=st.integers(1, 8192), seqs=st.integers(1, 256), kv=st.integers(0, 2_000_000),
+       pairs=st.integers(0, 4_000_000), more=st.integers(1, 512))
+def test_more_work_never_takes_less_time(tokens, seqs, kv, pairs, more):
+    _, p = _PROFILE
+    seqs = min(seqs, tokens)
+    t = p.time(tokens, seqs, kv, pairs)
+    assert p.time(tokens + more, seqs, kv, pairs) >= t - 1e-12
+    assert p.time(tokens, seqs, kv + more * 100, pairs) >= t
+    assert p.time(tokens, seqs, kv, pairs + more * 1000) >= t
+
+
+_PROFILE = _model()
+
+
+def test_faster_gpu_fp8_and_tensor_parallel_are_faster_where_they_should_be():
+    _, h100 = _model("meta-llama/Llama-3.1-70B-Instruct", "H100", tp=4)
+    _, a100 = _model("meta-llama/Llama-3.1-70B-Instruct", "A100-80GB", tp=4)
+    _, tp8 = _model("meta-llama/Llama-3.1-70B-Instruct", "H100", tp=8)
+    _, fp8 = _model("meta-llama/Llama-3.1-70B-Instruct", "H100", tp=4, quantization="fp8")
+    _, kv8 = _model("meta-llama/Llama-3.1-70B-Instruct", "H100", tp=4, kv_cache_dtype="fp8")
+    decode = (32, 32, 32 * 2000, 0.0)
+    prefill = (4096, 2, 4096, 2 * 2048 * 2048 / 2)
+    for shape in (decode, prefill):
+        assert h100.time(*shape) < a100.time(*shape)
+        assert tp8.time(*shape) < h100.time(*shape)
+        assert fp8.time(*shape) < h100.time(*shape)
+    # fp8 KV: half the bytes, read at the fp8 kernel's own measured bandwidth
+    assert kv8.clock["attention_fit"].startswith("fp8/") and h100.clock["attention_fit"].startswith("bfloat16/")
+    assert h100.per_kv_token_s / 2 <= kv8.per_kv_token_s < h100.per_kv_token_s
+
+
+def test_async_scheduling_hides_the_cpu_work_and_eager_mode_costs_launches():
+    req, p = _PROFILE
+    pr = plan(req, what_ifs=False)
+    sync = default_profile(req, pr, async_scheduling=False)
+    for shape in ((1, 1, 500, 0.0), (256, 256, 256 * 1000, 0.0)):
+        assert p.time(*shape) <= sync.time(*shape)
+    eager_req = replace(req, enforce_eager=True)
+    eager = default_profile(eager_req, plan(eager_req, what_ifs=False))
+    assert eager.time(1, 1, 500, 0.0) > p.time(1, 1, 500, 0.0)
+
+
+def test_sliding_window_layers_read_at_most_the_window():
+    _, p = _model("openai/gpt-oss-20b", "H100")
+    assert p.sliding_window == 128
+    short, long = p.time(8, 8, 8 * 100, 0.0), p.time(8, 8, 8 * 20_000, 0.0)
+    full_only = p.per_kv_token_s * 8 * 19_900
+    assert long - short == pytest.approx(full_only + p.sliding_per_kv_token_s * 8 * 28, rel=1e-6)
+
+
+def test_a_simulate_result_states_its_clock():
+    req, _ = _PROFILE
+    tr = synthetic_trace(2, num_requests=30, input_len=parse_length("500", "x"), output_len=parse_length("50", "x"))
+    d = simulate(req, tr).to_dict()
+    assert d["clock"]["kernel_tables"] == "H100-SXM5-80GB" and d["clock"]["kernels_vllm_version"] == "0.19.0"
+    assert "validation" in d["clock"] and d["profile"]["format"] == "kvplan-step-model/1"
+    from kvplan.report.sim_common import headline
+
+    assert any(k == "clock" and "kernel tables" in v for k, v in headline(d))
+
+
+def test_the_api_server_spreads_a_burst_and_latency_counts_from_the_send():
+    req, p = _PROFILE
+    burst = synthetic_trace(1e9, num_requests=200, input_len=parse_length("100", "x"),
+                            output_len=parse_length("20", "x"), arrival="constant")
+    d = simulate(req, burst, per_request=True).to_dict()
+    arrivals = [r["arrival"] for r in d["per_request"]]
+    assert max(arrivals) < 1e-3  # the client's send times, not the hand-off
+    ttft = sorted(r["ttft"] for r in d["per_request"])
+    assert ttft[-1] >= 200 * p.api_request_s  # the last request waited for the 199 before it
+
+
+def test_plan_startup_does_not_load_the_kernel_tables():
+    code = ("import sys, kvplan.cli.main; assert 'kvplan.sim.kernels' not in sys.modules; "
+            "assert 'kvplan.sim.opmodel' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
