@@ -247,6 +247,25 @@ def summarize(rows: list[dict], title: str) -> dict:
     return out
 
 
+def write_validation(result: dict) -> None:
+    import datetime
+
+    out = {}
+    for gpu, row in result["dev"].items():
+        if gpu == "all":
+            continue
+        held = result["held_out"].get(gpu, {})
+        out[gpu] = {"cases": row["cases"], "output_throughput": row["output_throughput"], "ttft": row["ttft"],
+                    "tpot": row["tpot"], "held_out": {k: held.get(k) for k in ("cases", "output_throughput", "ttft", "tpot")},
+                    "benchmark": "benchmarks/gpu_fidelity.py", "date": datetime.date.today().isoformat()}
+    path = HERE.parent / "src" / "kvplan" / "sim" / "validation.py"
+    text = path.read_text(encoding="utf-8")
+    head = text[:text.index("VALIDATION: dict = ")]
+    path.write_text(head + "VALIDATION: dict = " + json.dumps(out, indent=4).replace("null", "None") + "\n",
+                    encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=Path, default=DEV_CASES)
@@ -254,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--show-argv", action="store_true")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--no-validation", action="store_true")
+    ap.add_argument("--write-validation", action="store_true",
+                    help="rewrite src/kvplan/sim/validation.py with the per-GPU errors (the clock every result quotes)")
     args = ap.parse_args(argv)
     cases = json.loads(args.cases.read_text(encoding="utf-8"))
     flags = simulate_flags()
@@ -301,6 +322,8 @@ def main(argv=None) -> int:
         from gpu_validation import run_validation
 
         result["validation"] = run_validation(flags, run_case)
+    if args.write_validation and not args.only:
+        write_validation(result)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "skipped": skipped, "summary": result}, indent=1) + "\n")
     return 0
