@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--stride", type=int, default=1, help="use every k-th fit case (speed)")
     ap.add_argument("--params", default=",".join(PARAMS))
+    ap.add_argument("--step", type=float, default=2.0, help="first round's multiplicative step")
     args = ap.parse_args(argv)
     from kvplan.sim.opmodel import DEFAULT_OVERHEADS
 
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     best, med = score(cases, ov)
     print(f"start: {best:.4f} {med}", flush=True)
     for rnd in range(args.rounds):
-        step = 2.0 if rnd == 0 else 1.41
+        step = args.step if rnd == 0 else args.step ** 0.5
         for name in args.params.split(","):
             cur = getattr(ov, name)
             for f in (1 / step, step):

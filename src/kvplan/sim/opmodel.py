@@ -46,9 +46,9 @@ class Overheads:
     #: Extra per layer without CUDA graphs (--enforce-eager): ~10 kernel launches from Python.
     eager_layer_s: float = 1.0e-4
     #: Engine-core CPU time per step (schedule, prepare inputs, update from output) ...
-    cpu_step_s: float = 0.0015
+    cpu_step_s: float = 0.00075
     #: ... and per scheduled sequence.
-    cpu_seq_s: float = 1.0e-5
+    cpu_seq_s: float = 2.0e-5
     #: API server latency per request seen by the client on an idle server (HTTP, detokenisation,
     #: streaming): added to TTFT and E2E.
     request_s: float = 0.005
