@@ -165,7 +165,10 @@ def distil_moe(rs: list[dict], gemm: dict, gpu: dict) -> tuple[dict, dict]:
                     continue
                 touched = e * (1 - (1 - k / e) ** m)
                 me = m * k / touched
-                est = touched * (gemm_time_from(gemm, gpu, dt, me, 2 * i, h) + gemm_time_from(gemm, gpu, dt, me, h, i))
+                # one fused kernel streams every touched expert: the gate/up and down GEMMs with
+                # the touched experts stacked along n (what kvplan.sim.opmodel computes)
+                est = (gemm_time_from(gemm, gpu, dt, me, touched * 2 * i, h)
+                       + gemm_time_from(gemm, gpu, dt, me, touched * h, i))
                 ratios.append(v * 1e-3 / est)
             per_m.append(round(float(np.median(ratios)), 3) if ratios else None)
         factors[dt] = per_m

@@ -241,7 +241,10 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
         if isinstance(layer.mlp, MoEMLP):
             mlp = layer.mlp
             exp_t = next(t for t in layer_tensors(spec, layer) if t.expert)
-            moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp, _weight_kind(exp_t, quant))
+            # gated experts (SwiGLU) have a fused gate+up of 2·inter; Nemotron-H's relu² experts 1·inter
+            up = 2 if getattr(mlp, "gated", True) else 1
+            moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp, _weight_kind(exp_t, quant),
+                   up)
         sig = (tuple(sorted(gemms.items())), moe)
         groups.setdefault(sig, [0])[0] += 1
         # attention reads, heads, FLOPs
@@ -306,8 +309,8 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
                         break
         return direct_cache[key]
 
-    def moe_t(m: int, e: int, k: int, inter: float, kind: str) -> float:
-        dm = direct_for(e, k, inter, kind)
+    def moe_t(m: int, e: int, k: int, inter: float, kind: str, up: int = 2) -> float:
+        dm = direct_for(e, k, inter, kind) if up == 2 else None
         if dm is not None:
             curve, other = dm
             t = curve(m)
@@ -320,7 +323,8 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
         me = m * k / touched
         base_kind = kind if kind in ("fp8", "fp8_block") else "bfloat16"
         fac = K.moe_factor(table, base_kind)(m)
-        t = touched * (gemm.time(me, 2 * inter, d, base_kind) + gemm.time(me, d, inter, base_kind)) * fac
+        # one fused kernel streams every touched expert: the experts stacked along n
+        t = (gemm.time(me, touched * up * inter, d, base_kind) + gemm.time(me, touched * d, inter, base_kind)) * fac
         if kind in ("int4", "mxfp4", "nvfp4"):
             r = wo.get("mxfp4" if kind != "int4" else "int4") or wo.get("int4")
             t *= r(m) if r else 0.5
