@@ -258,6 +258,11 @@ def write_validation(result: dict) -> None:
         out[gpu] = {"cases": row["cases"], "output_throughput": row["output_throughput"], "ttft": row["ttft"],
                     "tpot": row["tpot"], "held_out": {k: held.get(k) for k in ("cases", "output_throughput", "ttft", "tpot")},
                     "benchmark": "benchmarks/gpu_fidelity.py", "date": datetime.date.today().isoformat()}
+    names = {"H100": "H100-SXM5-80GB", "H200": "H200-141GB", "A100-80GB": "A100-SXM4-80GB"}
+    for key, row in (result.get("validation") or {}).items():
+        source, gpu = key.split(" / ")
+        entry = out.setdefault(names.get(gpu, gpu), {"cases": 0})
+        entry.setdefault("validation", {})[source] = row
     path = HERE.parent / "src" / "kvplan" / "sim" / "validation.py"
     text = path.read_text(encoding="utf-8")
     head = text[:text.index("VALIDATION: dict = ")]

@@ -80,6 +80,9 @@ def clock_line(profile: dict) -> str:
         err = ", ".join(f"{k.replace('_', ' ')} {v[k] * 100:.0f}%" for k in ("output_throughput", "ttft", "tpot")
                         if v.get(k) is not None)
         trust = f"median |error| on {v.get('cases', '?')} published runs of this GPU: {err}"
+        for src, row in (v.get("validation") or {}).items():
+            if row.get("tpot") is not None:
+                trust += f"; validation ({src}, {row.get('cases')} runs): TPOT {row['tpot'] * 100:.0f}%"
     else:
         trust = v.get("note") or "error on this GPU unmeasured"
     return f"per-operator model over {tables}; {trust}"
