@@ -105,19 +105,10 @@ def lengths_cmd(
     max_record_bytes: int = typer.Option(64 << 20, "--max-record-bytes", help="Longest line/record read."),
 ) -> None:
     """Token lengths of real traffic → max_model_len, max_tokens and history limits, with coverage and cost."""
-    from ..workload.analysis import LengthsOptions, analyze_lengths
     from ..workload.issues import StrictModeError
-    from ..workload.shapes import FieldNames
 
     try:
-        opts = LengthsOptions(percentile=percentile, block_size=block_size, max_tokens=max_tokens,
-                              input_format=input_format.value, container=container.value, estimate=estimate,
-                              strict=strict, fields=FieldNames(session_field, timestamp_field, duration_field),
-                              max_record_bytes=max_record_bytes)
-        opts.validate()
-        tok = resolve_tokenizer(tokenizer, model, chat_template)
-        plan = _plan_for(model, gpu, tensor_parallel_size)
-        result = analyze_lengths(files, tok, opts, plan=plan, model=model)
+        result = lengths_from_flags(dict(locals()))
     except UsageError as exc:
         _fail(str(exc), 2)
         return
@@ -135,6 +126,25 @@ def lengths_cmd(
         typer.echo(f"kvplan: wrote {plot}", err=True)
     if result.records.used == 0:
         _fail("no usable record in the input (see the skipped reasons above)", 1)
+
+
+def lengths_from_flags(flags: dict, quiet: bool = False):
+    """``kvplan lengths``' LengthsResult for its parameters (``lengths_cmd``'s ``locals()``); the
+    command and ``kvplan ui`` both call this."""
+    from ..workload.analysis import LengthsOptions, analyze_lengths
+    from ..workload.shapes import FieldNames
+
+    opts = LengthsOptions(percentile=flags["percentile"], block_size=flags["block_size"],
+                          max_tokens=flags["max_tokens"], input_format=InputFormat(flags["input_format"]).value,
+                          container=Container(flags["container"]).value, estimate=flags["estimate"],
+                          strict=flags["strict"], fields=FieldNames(flags["session_field"], flags["timestamp_field"],
+                                                                   flags["duration_field"]),
+                          max_record_bytes=flags["max_record_bytes"])
+    opts.validate()
+    model = flags["model"]
+    tok = resolve_tokenizer(flags["tokenizer"], model, flags["chat_template"], quiet=quiet)
+    plan = _plan_for(model, flags["gpu"], flags["tensor_parallel_size"])
+    return analyze_lengths(list(flags["files"]), tok, opts, plan=plan, model=model)
 
 
 def render_lengths(result, fmt: Format) -> None:

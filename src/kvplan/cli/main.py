@@ -251,6 +251,11 @@ from .tune import register as _register_tune  # noqa: E402
 
 _register_tune(app)
 
+# `kvplan ui` (kvplan.cli.ui imports nothing heavy at module level; aiohttp only when it runs).
+from .ui import register as _register_ui  # noqa: E402
+
+_register_ui(app)
+
 
 def main() -> None:
     try:

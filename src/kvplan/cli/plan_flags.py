@@ -9,6 +9,7 @@ fast, so the library is imported inside the functions.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Mapping, Optional, Sequence
 
@@ -233,13 +234,20 @@ def plan_from_flags(*, from_log: Optional[Path] = None, **flags):
     return result, log
 
 
+@lru_cache(maxsize=None)
+def cli_command(name: str):
+    """The click command of ``kvplan NAME`` (built once: typer rebuilds every command's parameters
+    from their annotations, ~0.1 s, each time it is asked)."""
+    from .main import app
+
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
 def plan_from_args(plan_args: Sequence[str]):
     """The PlanResult ``kvplan plan PLAN_ARGS`` computes, in this process: the plan command's own
     parser reads the flags (their names, defaults and checks), so a plan is spelled the same way
     everywhere. An unknown or malformed flag is a UsageError naming it."""
-    from .main import app
-
-    command = typer.main.get_command(app).commands["plan"]  # type: ignore[attr-defined]
+    command = cli_command("plan")
     try:
         ctx = command.make_context("plan", [str(a) for a in plan_args])
     except typer.TyperException as exc:  # typer's (vendored) click: no such option, a bad value

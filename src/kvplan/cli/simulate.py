@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
+from ..errors import KvplanError, UsageError
 from . import plan_flags as pf
 from . import traffic_flags as tf
 from ._exit import fail as _fail
@@ -91,60 +91,8 @@ def simulate_cmd(
     html: Optional[Path] = typer.Option(None, "--html", help="Write an HTML report (timeline, latency CDF, throughput-latency curve)."),
 ) -> None:
     """Predict vLLM's latency and throughput for a traffic mix on a plan, step by step (V1 scheduler)."""
-    from ..errors import KvplanError
-
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
-        from ..sim.trace import trace_maker
-        from ..slo import parse_seconds, parse_slo
-
-        slos = parse_slo(slo)
-        step = parse_seconds(interval, "--timeline-interval")
-        if not step > 0:
-            raise UsageError("--timeline-interval must be positive")
-        flags = dict(locals())
-        plan_kw = pf.plan_flags_of(flags)
-        sim_opts: dict = {}
-        notes = tf.apply_serve_cmd(from_serve_cmd, plan_kw, _PLAN_DEFAULTS, sim_opts)
-        if not plan_kw.get("model") and from_bench_cmd:
-            from ..workload.bench_cmd import parse_bench_cmd
-
-            plan_kw["model"] = parse_bench_cmd(from_bench_cmd).model
-        req = pf.plan_request_from_flags(**plan_kw)
-        make_trace, _ = tf.traffic_maker(flags=flags, model_spec=req.model, vllm_version=plan_kw.get("vllm_version"),
-                                         notes=notes)
-        from ..memory import plan
-        from ..sim import StepTimeProfile, simulate
-
-        plan_result = plan(req, what_ifs=False)
-        if not plan_result.startup.ok:
-            # the same verdict as `kvplan plan` (FAILS), with the same way out
-            from ..report._common import layout_fit_text
-
-            fit = layout_fit_text(plan(req, what_ifs=False, fit_search=True))
-            _fail(UsageError(f"the plan does not start (kvplan plan: verdict FAILS): {plan_result.startup.error}"
-                             + (f" {fit}" if fit else "")), code=1)
-        prof = StepTimeProfile.load(profile) if profile else None
-
-        trace = make_trace(rate)
-        opts = dict(enable_prefix_caching=not no_prefix_caching and sim_opts.get("enable_prefix_caching", True),
-                    long_prefill_token_threshold=long_prefill_token_threshold or
-                    sim_opts.get("long_prefill_token_threshold", 0),
-                    async_scheduling=False if no_async_scheduling else sim_opts.get("async_scheduling"))
-        result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
-                          per_request=per_request, **opts)
-        d = result.to_dict()
-        if (saturation_search or html is not None) and (rate is not None or requests or trace.bench is not None):
-            # the HTML report's throughput-latency curve is the bisection's probes
-            from ..sim import find_saturation
-
-            d["saturation_search"] = find_saturation(req, make_trace, slo=slos, profile=prof,
-                                                     plan_result=plan_result, **opts)
-        if capacity:
-            from ..sim import capacity_boundary
-
-            d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=slos, profile=prof, **opts)
+        d = simulate_from_flags(dict(locals()))
     except typer.Exit:
         raise
     except UsageError as exc:
@@ -155,6 +103,68 @@ def simulate_cmd(
         return
     _emit(d, fmt, output, html)
     raise typer.Exit(0 if d["verdict"]["passed"] else 1)
+
+
+class PlanDoesNotStart(KvplanError):
+    """The simulated plan would not start: vLLM's own error (exit code 1, not a usage error)."""
+
+
+def simulate_from_flags(flags: dict) -> dict:
+    """``kvplan simulate``'s result JSON for its parameters (``simulate_cmd``'s ``locals()``): the
+    command and ``kvplan ui`` both call this, so the page shows the CLI's numbers."""
+    fmt, slo, interval, rate, requests = flags["fmt"], flags["slo"], flags["interval"], flags["rate"], flags["requests"]
+    from ..slo import parse_seconds, parse_slo
+
+    if fmt not in ("table", "json", "markdown"):
+        raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
+    slos = parse_slo(slo)
+    step = parse_seconds(interval, "--timeline-interval")
+    if not step > 0:
+        raise UsageError("--timeline-interval must be positive")
+    plan_kw = pf.plan_flags_of(flags)
+    sim_opts: dict = {}
+    notes = tf.apply_serve_cmd(flags["from_serve_cmd"], plan_kw, _PLAN_DEFAULTS, sim_opts)
+    if not plan_kw.get("model") and flags["from_bench_cmd"]:
+        from ..workload.bench_cmd import parse_bench_cmd
+
+        plan_kw["model"] = parse_bench_cmd(flags["from_bench_cmd"]).model
+    req = pf.plan_request_from_flags(**plan_kw)
+    make_trace, _ = tf.traffic_maker(flags=flags, model_spec=req.model, vllm_version=plan_kw.get("vllm_version"),
+                                     notes=notes)
+    from ..memory import plan
+    from ..sim import StepTimeProfile, simulate
+
+    plan_result = plan(req, what_ifs=False)
+    if not plan_result.startup.ok:
+        # the same verdict as `kvplan plan` (FAILS), with the same way out
+        from ..report._common import layout_fit_text
+
+        fit = layout_fit_text(plan(req, what_ifs=False, fit_search=True))
+        raise PlanDoesNotStart(f"the plan does not start (kvplan plan: verdict FAILS): {plan_result.startup.error}"
+                               + (f" {fit}" if fit else ""))
+    profile = flags["profile"]
+    prof = StepTimeProfile.load(profile) if profile else None
+
+    trace = make_trace(rate)
+    opts = dict(enable_prefix_caching=not flags["no_prefix_caching"] and sim_opts.get("enable_prefix_caching", True),
+                long_prefill_token_threshold=flags["long_prefill_token_threshold"] or
+                sim_opts.get("long_prefill_token_threshold", 0),
+                async_scheduling=False if flags["no_async_scheduling"] else sim_opts.get("async_scheduling"))
+    result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
+                      per_request=flags["per_request"], **opts)
+    d = result.to_dict()
+    if (flags["saturation_search"] or flags["html"] is not None) and (rate is not None or requests
+                                                                     or trace.bench is not None):
+        # the HTML report's throughput-latency curve is the bisection's probes
+        from ..sim import find_saturation
+
+        d["saturation_search"] = find_saturation(req, make_trace, slo=slos, profile=prof,
+                                                 plan_result=plan_result, **opts)
+    if flags["capacity"]:
+        from ..sim import capacity_boundary
+
+        d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=slos, profile=prof, **opts)
+    return d
 
 
 def _emit(d: dict, fmt: str, output: Optional[Path], html: Optional[Path]) -> None:

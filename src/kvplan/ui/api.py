@@ -1,0 +1,238 @@
+"""What ``kvplan ui``'s JSON API answers: the CLI's own JSON for the CLI's own flags.
+
+The page sends the argv it would run (``["--model", "llama3-8b", "-tp", "2"]``) and gets back
+exactly what ``kvplan plan|simulate|lengths ... --format json`` prints: the flags are read by the
+command's own parser (names, defaults, checks), then the same library functions the commands call
+build the result (:func:`kvplan.cli.plan_flags.plan_from_args`, ``simulate_from_flags``,
+``lengths_from_flags``). Nothing here decides a number.
+
+What the page may not do is reach outside the page: flags that name a file on this machine
+(``--from-log``, ``--profile``, ``--html``, ``--output``, ``--tokenizer``, ...) are refused, a
+``--model`` must be a catalog entry or a config.json uploaded to this server, and ``--requests``
+an uploaded log (see :class:`Uploads`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import UsageError
+
+#: largest upload (a config.json or a request log) the server reads
+MAX_UPLOAD_BYTES = 20 << 20
+
+#: vLLM versions whose source docs/vllm-semantics.md says was read in full (the newest first);
+#: any other version is accepted too, as on the command line
+VERSIONS_READ = ("0.33", "0.32.0", "0.27.0", "0.21.0", "0.15.1", "0.11.0", "0.10.2", "0.8.5")
+
+_PLAN_VALUE_FLAGS = {"--model", "-m", "--gpu", "--gpu-memory", "--device", "--tensor-parallel-size", "-tp",
+                     "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp", "--dtype", "--quantization",
+                     "-q", "--kv-cache-dtype", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
+                     "--max-num-batched-tokens", "--block-size", "--vllm-version", "--engine", "--kv-cache-memory",
+                     "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--gpus-per-node"}
+_PLAN_BOOL_FLAGS = {"--enforce-eager", "--disable-hybrid-kv-cache-manager"}
+_SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--input-len", "--output-len",
+                    "--arrival", "--seed", "--slo", "--long-prefill-token-threshold", "--timeline-interval",
+                    "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--dataset-name",
+                    "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
+                    "--sharegpt-output-len", "--num-warmups"}
+_SIM_BOOL_FLAGS = {"--no-enable-prefix-caching", "--no-async-scheduling", "--ignore-eos"}
+_LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp", "--max-tokens", "--percentile",
+                        "-p", "--block-size", "--input-format", "--container", "--session-field",
+                        "--timestamp-field", "--duration-field"}
+_LENGTHS_BOOL_FLAGS = {"--estimate"}
+
+ALLOWED = {
+    "plan": (_PLAN_VALUE_FLAGS, _PLAN_BOOL_FLAGS),
+    "simulate": (_PLAN_VALUE_FLAGS - {"--engine"} | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
+    "lengths": (_LENGTHS_VALUE_FLAGS, _LENGTHS_BOOL_FLAGS),
+}
+
+_UPLOAD_ID = re.compile(r"^upload:([0-9a-f]{16})$")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class Uploads:
+    """Files the page sent, kept in a private temporary folder for the server's lifetime and named
+    ``upload:<hash>`` in argv (the hash of the content, so a re-drop is the same id)."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="kvplan-ui-")
+        self.root = Path(self._dir.name)
+        self._paths: dict[str, Path] = {}
+
+    def add(self, name: str, data: bytes, kind: str) -> dict:
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise UploadTooLarge(len(data))
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        safe = _SAFE_NAME.sub("_", Path(name or "upload").name)[-80:] or "upload"
+        if kind == "config":
+            safe = "config.json"  # load_model reads a path ending .json as a config.json
+        folder = self.root / digest
+        folder.mkdir(exist_ok=True)
+        path = folder / safe
+        path.write_bytes(data)
+        self._paths[digest] = path
+        return {"id": f"upload:{digest}", "name": Path(name or "upload").name, "bytes": len(data)}
+
+    def path(self, token: str, flag: str) -> str:
+        m = _UPLOAD_ID.match(token)
+        if not m or m.group(1) not in self._paths:
+            raise UsageError(f"{flag}: {token!r} is not a file uploaded to this page (drop the file on the page)")
+        return str(self._paths[m.group(1)])
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+
+class UploadTooLarge(UsageError):
+    def __init__(self, size: int):
+        self.size = size
+        super().__init__(f"upload too large: {size / (1 << 20):.1f} MiB; the limit is "
+                         f"{MAX_UPLOAD_BYTES >> 20} MiB (run the CLI on bigger files: kvplan lengths FILE)")
+
+
+def vet_argv(command: str, argv: Sequence[Any], uploads: Uploads) -> list[str]:
+    """``argv`` with every flag checked against what the page may ask for, and upload ids turned
+    into their paths. Raises UsageError naming the first flag that is not allowed."""
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, (str, int, float)) for a in argv):
+        raise UsageError("argv must be a list of strings")
+    values, bools = ALLOWED[command]
+    out: list[str] = []
+    positional: list[str] = []
+    items = [str(a) for a in argv]
+    i = 0
+    while i < len(items):
+        flag = items[i]
+        if flag in bools:
+            out.append(flag)
+            i += 1
+            continue
+        if flag not in values:
+            if command == "lengths" and not flag.startswith("-"):
+                positional.append(uploads.path(flag, "request log"))
+                i += 1
+                continue
+            raise UsageError(f"{flag}: not a flag the page can set (allowed: {', '.join(sorted(values | bools))})")
+        if i + 1 >= len(items):
+            raise UsageError(f"{flag} needs a value")
+        value = items[i + 1]
+        if flag in ("--model", "-m"):
+            value = _model_arg(value, uploads)
+        elif flag == "--requests":
+            value = uploads.path(value, "--requests")
+        out += [flag, value]
+        i += 2
+    return out + positional
+
+
+def _model_arg(value: str, uploads: Uploads) -> str:
+    if value.startswith("upload:"):
+        return uploads.path(value, "--model")
+    from ..models import catalog
+
+    if catalog.find(value) is None:
+        from ..errors import UnknownModelError
+
+        raise UnknownModelError(value, catalog.suggest(value))  # the CLI's message; never the hub from here
+    return value
+
+
+def _params(command: str, argv: list[str]) -> dict:
+    """The command's parameters for ``argv``, read by the command's own parser (its defaults and checks)."""
+    import typer
+
+    from ..cli.plan_flags import cli_command
+
+    cmd = cli_command(command)
+    try:
+        ctx = cmd.make_context(command, list(argv))
+    except typer.Exit:
+        raise UsageError(f"{command}: no flags") from None
+    except Exception as exc:  # typer's (vendored) click: no such option, a bad value
+        fmt = getattr(exc, "format_message", None)
+        if fmt is None:
+            raise
+        raise UsageError(f"{command} flags: {fmt()}") from None
+    return dict(ctx.params)
+
+
+def plan_json(argv: list[str]) -> dict:
+    """``kvplan plan ARGV --format json``."""
+    from ..cli.plan_flags import plan_from_args
+
+    return plan_from_args(argv).to_dict()
+
+
+def simulate_json(argv: list[str]) -> dict:
+    """``kvplan simulate ARGV --format json``."""
+    from ..cli.simulate import simulate_from_flags
+
+    params = _params("simulate", argv)
+    params["fmt"] = "json"
+    return simulate_from_flags(params)
+
+
+def lengths_json(argv: list[str]) -> dict:
+    """``kvplan lengths ARGV --format json``; without a tokenizer of the model on this machine the
+    prompts are estimated from characters (``--estimate``), as the page then says."""
+    from ..cli.lengths import lengths_from_flags
+
+    params = _params("lengths", argv)
+    result = lengths_from_flags(params, quiet=True)
+    if result.records.used == 0:
+        skipped = dict(result.records.skipped)
+        raise UsageError(f"no usable record in the log (skipped: {skipped or 'none'})"
+                         + ("" if params["estimate"] else "; without the model's tokenizer here, try --estimate"))
+    return result.to_dict()
+
+
+def has_tokenizer(model: str | None) -> bool:
+    """Whether the model's tokenizer is on this machine (a local folder or the HF cache; offline)."""
+    if not model:
+        return False
+    from ..workload.tokenizer import ChatTokenizer
+
+    try:
+        return ChatTokenizer.for_model(model) is not None
+    except UsageError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def models_json() -> list[dict]:
+    """``kvplan models --format json`` (the catalog)."""
+    from ..models import catalog, load_model
+    from ..models.params import count_params
+
+    rows = []
+    for entry in catalog.entries():
+        spec = load_model(entry.id)
+        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
+                     "summary": spec.describe()})
+    return rows
+
+
+@lru_cache(maxsize=1)
+def gpus_json() -> list[dict]:
+    """``kvplan gpus --format json``."""
+    from dataclasses import asdict
+
+    from ..hardware import catalog
+
+    return [asdict(g) | {"memory_gib": round(g.memory_gib, 2)} for g in catalog()]
+
+
+def versions_json() -> dict:
+    from ..memory.semantics import LATEST
+
+    return {"latest": ".".join(map(str, LATEST)), "read": list(VERSIONS_READ)}
+
+
+def dumps(d: Any) -> str:
+    return json.dumps(d, ensure_ascii=False)
