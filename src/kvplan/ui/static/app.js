@@ -221,18 +221,22 @@ function renderPlan(p) {
     for (const why of p.naive.why) ul.append(el("li", {}, why));
     naive.append(ul);
   }
-  $("serve-cmd").textContent = p.serve_command;
-  $("serve-yaml").textContent = p.serve_config_yaml;
+  // an uploaded config.json sits in the server's private folder: the commands name MODEL_DIR instead
+  const uploaded = state.upload && modelArg() === state.upload;
+  const local = (t) => uploaded ? t.split(p.model.id).join("MODEL_DIR") : t;
+  $("serve-cmd").textContent = local(p.serve_command);
+  $("serve-yaml").textContent = local(p.serve_config_yaml);
   const mn = p.multi_node;
   $("multi-node").hidden = !mn;
   if (mn) {
     $("mn-nodes").textContent = String(mn.nodes);
-    $("mn-cmds").textContent = [`# head node\n${mn.head_command.map(shellQuote).join(" ")}`,
+    $("mn-cmds").textContent = local([`# head node\n${mn.head_command.map(shellQuote).join(" ")}`,
       `# each worker node\n${mn.worker_command.map(shellQuote).join(" ")}`,
-      `# on the head node\n${mn.serve_command.map(shellQuote).join(" ")}`].join("\n\n");
+      `# on the head node\n${mn.serve_command.map(shellQuote).join(" ")}`].join("\n\n"));
     $("mn-note").textContent = mn.note;
   }
   const notes = clear($("notes"));
+  if (uploaded) notes.append(el("li", {}, "MODEL_DIR: the folder holding your config.json and weights (the page only saw the config)."));
   for (const n of p.notes) notes.append(el("li", {}, n));
 }
 
@@ -356,7 +360,8 @@ function drawCapacity(box, p) {
   if (cur > 0) {
     const cx = X(Math.max(xmin, Math.min(xmax, Math.log2(cur))));
     s.append(svg("line", { x1: cx, x2: cx, y1: pad.t, y2: H - pad.b, stroke: "#333", "stroke-dasharray": "3 3" }));
-    s.append(svg("text", { x: cx + 4, y: pad.t + 10, class: "tick" }, `now ${kTok(cur)}: ${fmt(p.kv.max_concurrency)}×`));
+    const right = cx > W / 2;
+    s.append(svg("text", { x: right ? cx - 4 : cx + 4, y: pad.t + 10, class: "tick", "text-anchor": right ? "end" : "start" }, `now ${kTok(cur)}: ${fmt(p.kv.max_concurrency)}×`));
   }
   box.append(s);
 }
@@ -430,7 +435,10 @@ function renderSim(d) {
   if (d.verdict.checks.length) {
     const ul = el("ul", { class: "checks" });
     for (const c of d.verdict.checks) {
-      const txt = Object.entries(c).filter(([k]) => !["passed", "ok"].includes(k)).map(([k, x]) => `${k}=${typeof x === "number" ? fmt(x, 4) : x}`).join(" ");
+      const secs = /^(ttft|tpot|itl|e2e)_/.test(c.name || "");
+      const show = (x) => secs ? fmtSec(x) : fmt(x, 4);
+      const txt = c.name !== undefined ? `${c.name}: ${show(c.value)} (limit ${show(c.limit)})`
+        : Object.entries(c).filter(([k]) => k !== "passed").map(([k, x]) => `${k}=${x}`).join(" ");
       ul.append(el("li", { class: (c.passed ?? c.ok) ? "pass" : "fail" }, (c.passed ?? c.ok) ? "PASS " : "FAIL ", txt));
     }
     v.append(ul);
@@ -587,7 +595,8 @@ function onDrop(ev) {
   $("drop-hint").hidden = true;
   const file = ev.dataTransfer && ev.dataTransfer.files[0];
   if (!file) return;
-  const isConfig = state.view === "plan" || /(^|[^A-Za-z])config[^/]*\.json$/i.test(file.name);
+  // a config.json by its name; another .json dropped on the Plan view is taken as one too
+  const isConfig = /config[^/]*\.json$/i.test(file.name) || (state.view === "plan" && /\.json$/i.test(file.name));
   if (isConfig) takeConfig(file); else takeLog(file);
 }
 
