@@ -156,6 +156,19 @@ class Page:
     async def text(self, element_id: str) -> str:
         return await self.js(f"document.getElementById({json.dumps(element_id)}).textContent")
 
+    async def screenshot_top(self, name: str, width: int = 1280, height: int = 820):
+        """The first screen only (the README's picture: docs/img/kvplan-ui.png is a copy of it)."""
+        await self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                        mobile=False)
+        await asyncio.sleep(0.3)
+        shot = await self.call("Page.captureScreenshot", format="png")
+        path = ARTIFACTS / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+        await self.call("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1,
+                        mobile=False)
+        return path
+
     async def screenshot(self, name: str):
         height = await self.js("Math.ceil(document.documentElement.scrollHeight)")
         await self.call("Emulation.setDeviceMetricsOverride", width=1400, height=min(int(height), 6000),
@@ -224,6 +237,7 @@ def test_plan_view_shows_the_cli_numbers(chromium):
                           await page.text("verdict-error"), await page.text("serve-cmd"), await page.text("cli-cmd"),
                           await page.text("serve-yaml")))
         await page.screenshot("ui-plan.png")
+        await page.screenshot_top("ui-readme.png")
         # a plan vLLM would refuse: its exact error and the fix
         await page.set("model", "meta-llama/Llama-2-70b-chat-hf")
         await page.set("gpu", "H100-SXM5-80GB")

@@ -303,8 +303,9 @@ function drawMemory(box, p) {
     rows.push([key, label, gib]);
     acc += gib;
   }
-  if (outside > 0) rows.push(["outside", "outside the budget (1 − utilisation)", outside]);
+  if (outside > 0) rows.push(["outside", "outside the budget", outside]);
   if (over > 0) rows.push(["over", "over the GPU's memory", over]);
+  if (over > 0) s.append(svg("line", { x1: x0 - 6, x2: x0 + barW + 6, y1: y(total), y2: y(total), stroke: COLORS.over, "stroke-width": 2.5 }));
   s.append(svg("line", { x1: x0 - 6, x2: x0 + barW + 6, y1: y(m.requested_gib), y2: y(m.requested_gib), stroke: "#333", "stroke-width": 1.5 }));
   s.append(svg("text", { x: x0 - 8, y: y(m.requested_gib) + 4, "text-anchor": "end", class: "tick" }, fmt(m.requested_gib, 1)));
   s.append(svg("text", { x: x0 - 8, y: y(total) + 4, "text-anchor": "end", class: "tick" }, fmt(total, 1)));
@@ -346,7 +347,7 @@ function drawCapacity(box, p) {
   const Y = (v) => H - pad.b - ((v - ymin) / (ymax - ymin)) * (H - pad.t - pad.b);
   const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": "capacity curve" });
   const yT = [];
-  for (let e = ymin; e <= ymax; e++) yT.push([Y(e), fmtInt(10 ** e)]);
+  for (let e = ymin; e <= ymax; e++) yT.push([Y(e), e >= 0 ? fmtInt(10 ** e) : String(10 ** e)]);
   const step = Math.max(1, Math.ceil(rows.length / 7));
   axes(s, W, H, pad, rows.filter((_, i) => i % step === 0).map((r) => [X(Math.log2(r.max_model_len)), kTok(r.max_model_len)]), yT,
        "max_model_len (tokens)", "concurrent requests");
