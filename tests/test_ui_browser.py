@@ -246,7 +246,8 @@ def test_plan_view_shows_the_cli_numbers(chromium):
         bad_argv = ["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "H100-SXM5-80GB"]
         await page.plan_settled(bad_argv)
         bad = (await page.js("document.getElementById('verdict').dataset.ok"), await page.text("verdict-error"),
-               await page.text("verdict-title"), await page.text("verdict-fix"))
+               await page.text("verdict-title"), await page.text("verdict-fix"), await page.text("serve-cmd"),
+               await page.text("run-title"))
         await page.screenshot("ui-plan-refused.png")
         # the URL holds the state: a reload shows the same plan
         await page.set("tp", "4")
@@ -272,7 +273,10 @@ def test_plan_view_shows_the_cli_numbers(chromium):
         assert cli_line == "kvplan plan " + " ".join(argv)
     ref = cli_json("plan", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "H100-SXM5-80GB")
     assert bad[0] == "false" and bad[1] == ref["startup"]["error"] and "would not start" in bad[2]
-    assert bad[3].startswith("Fix:"), bad[3]
+    fw = ref["startup"]["fits_with"]
+    assert bad[3].startswith(f"Fix: --tensor-parallel-size {fw['tensor_parallel_size']}"), bad[3]
+    # like `kvplan plan`, the page never offers the command that fails: the layout that starts instead
+    assert ref["serve_command_starts"] is False and bad[4] == fw["serve_command"] and "instead" in bad[5]
     assert restored == ("4", "meta-llama/Llama-2-70b-chat-hf") and before == after and before
     assert svgs[0] >= 4 and svgs[1] >= 1, svgs
 

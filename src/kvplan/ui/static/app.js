@@ -183,7 +183,18 @@ function renderPlan(p) {
     : `vLLM ${p.vllm_semantics} would not start`;
   $("verdict-error").textContent = st.error || "";
   const fix = clear($("verdict-fix"));
-  if (!st.ok) {
+  const fw = st.fits_with;
+  if (!st.ok && fw && fw.found) {  // kvplan plan's "smallest layout that starts" (report/_common.layout_fit_text)
+    const flags = { tensor_parallel_size: fw.tensor_parallel_size, pipeline_parallel_size: fw.pipeline_parallel_size };
+    fix.append("Fix: ", el("button", { type: "button", class: "apply", onclick: () => applyFlags(flags) },
+      `--tensor-parallel-size ${fw.tensor_parallel_size}` + (fw.pipeline_parallel_size > 1 ? ` --pipeline-parallel-size ${fw.pipeline_parallel_size}` : "")),
+      ` — the smallest layout that starts at max_model_len ${fmtInt(fw.max_model_len)}: ${fw.gpus_per_replica} ${p.flags.gpu} GPU${fw.gpus_per_replica !== 1 ? "s" : ""}` +
+      ` (${fw.nodes} node${fw.nodes !== 1 ? "s" : ""}).`);
+    if (st.suggested_max_model_len) fix.append(" Or ");
+  } else if (!st.ok && fw && !fw.found && fw.reason) {
+    fix.append(`More GPUs: ${fw.reason}. `);
+  }
+  if (!st.ok && !(fw && fw.found)) {
     if (st.suggested_max_model_len) {
       fix.append("Fix: ", el("button", { type: "button", class: "apply", onclick: () => { $("mml").value = String(st.suggested_max_model_len); onPlanInput(); } },
         `--max-model-len ${st.suggested_max_model_len}`));
@@ -194,7 +205,17 @@ function renderPlan(p) {
       ok.slice(0, 3).forEach((w, i) => { if (i) fix.append(" · "); fix.append(whatIfButton(w)); });
     }
   }
+  if (!st.ok && fw && fw.found && st.suggested_max_model_len) {
+    fix.append(el("button", { type: "button", class: "apply", onclick: () => { $("mml").value = String(st.suggested_max_model_len); onPlanInput(); } },
+      `--max-model-len ${st.suggested_max_model_len}`), " on this layout.");
+  }
   const warns = clear($("verdict-warnings"));
+  if (st.borderline && st.kv_margin_gib !== null && st.kv_margin_gib !== undefined) {  // report/_common.borderline_text
+    const side = st.kv_margin_gib < 0 ? "short of" : "above";
+    warns.append(el("li", {}, `Borderline: the estimated KV memory is ${fmt(Math.abs(st.kv_margin_gib))} GiB ${side} what one ` +
+      `${fmtInt(p.flags.max_model_len)}-token request needs, inside the estimate's error of ±${fmt(st.estimate_error_gib)} GiB, so vLLM may ` +
+      `${st.kv_margin_gib < 0 ? "start" : "refuse"} after all. To settle it, ${st.settle_with}.`));
+  }
   for (const w of st.warnings) warns.append(el("li", {}, w));
   $("kv-line").textContent = p.kv.log_lines.join("\n");
   const facts = clear($("kv-facts"));
@@ -224,9 +245,19 @@ function renderPlan(p) {
   // an uploaded config.json sits in the server's private folder: the commands name MODEL_DIR instead
   const uploaded = state.upload && modelArg() === state.upload;
   const local = (t) => uploaded ? t.split(p.model.id).join("MODEL_DIR") : t;
-  $("serve-cmd").textContent = local(p.serve_command);
-  $("serve-yaml").textContent = local(p.serve_config_yaml);
-  const mn = p.multi_node;
+  // which command to offer: kvplan plan's rule (report/_common.run_block): never the failing one
+  let run = null;
+  if (p.serve_command_starts) {
+    run = [st.ok ? "Run it" : `Run it at --max-model-len ${fmtInt(p.what_if_max_model_len || st.suggested_max_model_len)}: the largest length that starts (${fmtInt(p.flags.max_model_len)} fails)`,
+           p.serve_command, p.serve_config_yaml];
+  } else if (fw && fw.found) {
+    run = [`Run this instead: TP ${fw.tensor_parallel_size} × PP ${fw.pipeline_parallel_size} on ${fw.gpus_per_replica} GPUs (the asked layout fails)`,
+           fw.serve_command, fw.serve_config_yaml];
+  }
+  $("run-title").textContent = run ? run[0] : "No command to run: no layout starts";
+  $("serve-cmd").textContent = run ? local(run[1]) : "";
+  $("serve-yaml").textContent = run ? local(run[2]) : "";
+  const mn = p.serve_command_starts ? p.multi_node : null;
   $("multi-node").hidden = !mn;
   if (mn) {
     $("mn-nodes").textContent = String(mn.nodes);
