@@ -224,3 +224,39 @@ def test_plan_start_up_does_not_import_the_web_server():
     p = subprocess.run([sys.executable, "-c", "import sys, kvplan.cli.main; print('aiohttp' in sys.modules)"],
                        capture_output=True, text=True, cwd=REPO, env=ENV)
     assert p.stdout.strip() == "False", p.stderr
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TOKENS = st.one_of(st.sampled_from(["--model", "-m", "--gpu", "--from-log", "--profile", "--requests", "--html",
+                                     "--output", "--tokenizer", "--serve-config", "-tp", "--enforce-eager",
+                                     "--max-model-len", "/etc/passwd", "llama3-8b", "upload:0123456789abcdef",
+                                     "--from-serve-cmd", "--dataset-path", "x"]), st.text(max_size=12))
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=st.sampled_from(["plan", "simulate", "lengths"]), argv=st.lists(_TOKENS, max_size=8))
+def test_vetted_argv_holds_only_allowed_flags_and_no_paths(command, argv):
+    """Whatever the page sends, what reaches the CLI parser is allowed flags, catalog models and
+    files uploaded to this server: never a path the page named, never an unknown flag."""
+    from kvplan.errors import UsageError
+    from kvplan.ui import api
+
+    uploads = api.Uploads()
+    try:
+        out = api.vet_argv(command, argv, uploads)
+    except UsageError:
+        return
+    finally:
+        uploads.close()
+    values, bools = api.ALLOWED[command]
+    i = 0
+    while i < len(out):
+        assert out[i] in values | bools, out
+        if out[i] in values:
+            if out[i] in ("--model", "-m"):
+                assert not out[i + 1].startswith("/"), out
+            i += 2
+        else:
+            i += 1
