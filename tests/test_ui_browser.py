@@ -339,6 +339,13 @@ def test_drop_config_and_log_then_simulate(chromium, tmp_path):
         await page.wait("window.kvplanUi.state.compare.length === 2", what="the second simulation")
         tray = await page.js("Array.from(document.querySelectorAll('#compare tbody tr')).map(r => r.innerText)")
         await page.screenshot("ui-traffic.png")
+        # the link holds the view, the workload and the tray: opening it shows the same comparison
+        await page.goto(await page.js("location.href"))
+        await page.wait("window.kvplanUi.state.compare.length === 2", what="the tray restored from the URL")
+        reopened = (await page.js("Array.from(document.querySelectorAll('#compare tbody tr')).map(r => r.innerText)"),
+                    await page.js("document.getElementById('view-traffic').hidden"),
+                    await page.js("document.getElementById('slo-tpot').value"))
+        assert reopened == (tray, False, "1"), reopened
         return dropped, lengths, log_sim, sim_argv, shown, tray, page.errors
 
     dropped, lengths, log_sim, sim_argv, shown, tray, errors = in_browser(chromium, scenario)
