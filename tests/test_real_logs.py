@@ -25,6 +25,11 @@ REPLAY = {
     "01": ("0.6.4", None), "02": ("0.6.4", None), "05": ("0.6.4", None), "06": ("0.7.3", "V0"),
     "07": ("0.7.3", "V0"), "08": ("0.7.2", "V0"), "11": ("0.7.1", "V1"), "13": ("0.8.5", None),
     "14": ("0.9.2", None), "17": ("0.11", None), "24": ("0.11", None),
+    # The development set's own server logs (dennislee22/vLLM-benchmarking, v0.10.1.1 printed).
+    "25": ("0.10.1", None), "26": ("0.10.1", None), "27": ("0.10.1", None), "28": ("0.10.1", None),
+    "29": ("0.10.1", None),
+    # 30 (gpt-oss-120b, TP4) is estimate-only here: its 0.10 token line is blocks // groups x bs
+    # for a two-group hybrid, which compare_with_log does not invert into a block count.
 }
 
 

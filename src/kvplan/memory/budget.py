@@ -14,14 +14,17 @@ it (``--kv-cache-memory``, ``--from-log``). The model, per rank:
   cos/sin cache;
 * non-torch growth during profiling: allocator slack plus NCCL / custom all-reduce buffers when
   the rank talks to peers;
-* activation peak: the larger of one layer's forward over ``max_num_batched_tokens`` tokens (MLP
-  or fused-MoE intermediates) and the dummy sampler run over ``max_num_seqs`` rows of logits
-  (float32 copies, sort values and int64 indices);
+* activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): the larger of one
+  layer's forward over ``max_num_batched_tokens`` tokens (MLP, or the fused-MoE intermediate
+  caches) and the dummy sampler run over ``min(max_num_seqs, max_num_batched_tokens)`` rows of
+  logits, whose bytes per logit are read from the sampler code of each version
+  (:func:`sampler_bytes_per_logit`);
 * CUDA-graph estimate: the largest graph's activations plus a per-graph cost for every captured
   size, for both capture modes.
 
-The constants below were fitted to public startup logs (tests/fixtures/vllm_logs); the README
-and the notes report the error of this model against them.
+Source-derived: the sampler bytes per logit, the fused-MoE cache sizes, the RoPE cache length,
+the MXFP4 padding (models/params.py). Fitted, and named with the logs they were fitted to, are
+only the small non-torch constants below (docs/vllm-semantics.md §12).
 """
 from __future__ import annotations
 
@@ -35,14 +38,28 @@ from .semantics import VllmSemantics
 GIB = 1 << 30
 MIB = 1 << 20
 
-# Fitted constants (see module docstring).
+# Fitted constants. CUDA_CONTEXT / NCCL_INIT size what older versions charged for memory in use
+# before the snapshot (V0 logs 01, 02, 04; 0.9.2 log 14); NON_TORCH_* were fitted to the
+# development set's 0.10.1.1 A100 logs (tests/fixtures/vllm_logs/dev/, dev_cases.json): the
+# 1-GPU logs give the base, the 2-GPU same-node logs the communication buffers. The benchmark
+# reports the logs these were not fitted to separately.
 CUDA_CONTEXT_BYTES = int(0.45 * GIB)  # CUDA context + cuBLAS handles before vLLM's snapshot
 NCCL_INIT_BYTES = int(0.25 * GIB)  # communicator set-up before the snapshot when world > 1
-NON_TORCH_BASE_BYTES = int(0.10 * GIB)  # allocator slack / workspaces found after profiling
-NON_TORCH_COMM_BYTES = int(0.30 * GIB)  # custom all-reduce + NCCL buffers allocated lazily
-SAMPLER_BYTES_PER_LOGIT = 36  # bf16 logits, fp32 copies, probs, logprobs, sorted values + int64 index
+NON_TORCH_BASE_BYTES = int(0.05 * GIB)  # allocator slack / workspaces found after profiling
+NON_TORCH_COMM_BYTES = int(0.10 * GIB)  # custom all-reduce + NCCL buffers allocated lazily
+V0_SAMPLER_BYTES_PER_LOGIT = 36  # V0 sampler (fitted to V0 logs 01, 02, 04; not re-derived)
 GRAPH_BASE_BYTES = 2 * MIB
 GRAPH_PER_LAYER_BYTES = 64 * 1024
+
+# V1 sampler, bytes per logit element at its peak (source-derived, vllm/v1/sample):
+# _dummy_sampler_run keeps compute_logits' model-dtype logits (2 B) referenced while
+# Sampler.forward makes its float32 copy (4 B). Then top-k/top-p (the dummy run sets both):
+# * FlashInfer (TopKTopPSampler.forward_cuda -> flashinfer top_k_top_p_sampling_from_logits):
+#   top_k_mask_logits (4 B) and its softmax (4 B): 2 + 4 + 8 = 14 B;
+# * PyTorch-native apply_top_k_top_p: sort values (4) + int64 indices (8) + top-k bool mask (1)
+#   + softmax of the sorted values (4) + top-p bool mask (1) + scatter result (4): 2 + 4 + 22 = 28 B.
+SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 14
+SAMPLER_NATIVE_BYTES_PER_LOGIT = 28
 
 
 @dataclass(frozen=True)
@@ -86,8 +103,10 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
         seen.add(mlp)
         if isinstance(mlp, MoEMLP):
             mi = mlp.expert_intermediate_size / tp
-            # fused_moe caches: (M, topk, 2·mi), (M·topk, mi), (M, topk, h); router logits fp32.
-            per_token = mlp.experts_per_token * (3 * mi + h) * dtype_bytes + mlp.num_experts * 4
+            k = mlp.experts_per_token
+            # fused_moe.fused_experts_impl: cache13 holds (M, topk, max(2·I, H)) (intermediate
+            # caches 1 and 3 share it), cache2 (M·topk, I), the output (M, H); router logits.
+            per_token = (k * (max(2 * mi, h) + mi) + h + mlp.num_experts) * dtype_bytes
             if mlp.shared_intermediate_size:
                 per_token += 3 * mlp.shared_intermediate_size / tp * dtype_bytes
         else:
@@ -97,13 +116,30 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
     return worst + 2 * h * dtype_bytes  # residual stream and normalised hidden state
 
 
+def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda") -> int:
+    """Peak bytes per logit element of the profile run's dummy sampler (see the constants).
+    V1 on CUDA samples with FlashInfer when it is installed: the release images ship it, and
+    the pip wheel depends on it from 0.12 (vllm 0.21 requires flashinfer-python); the CPU
+    backend and V0 have their own samplers."""
+    if sem.engine == "V0":
+        return V0_SAMPLER_BYTES_PER_LOGIT
+    if device != "cuda":
+        return SAMPLER_NATIVE_BYTES_PER_LOGIT
+    return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
+
+
 def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
-                          max_num_seqs: int, last_stage: bool = True) -> int:
+                          max_num_seqs: int, last_stage: bool = True,
+                          sampler_bytes: int = SAMPLER_FLASHINFER_BYTES_PER_LOGIT) -> int:
+    """profile_run: ``_dummy_run(max_num_tokens)`` then, on the last PP rank,
+    ``_dummy_sampler_run`` over ``min(max_num_seqs, max_num_tokens)`` rows; the forward's
+    hidden states stay referenced while the sampler runs."""
     forward = max_num_batched_tokens * _layer_activation_per_token(spec, tp, dtype_bytes)
     sampler = 0
     if last_stage:
         rows = min(max_num_seqs, max_num_batched_tokens)
-        sampler = rows * spec.vocab_size * SAMPLER_BYTES_PER_LOGIT
+        sampler = rows * spec.vocab_size * sampler_bytes
+        sampler += max_num_batched_tokens * spec.hidden_size * dtype_bytes
     return int(max(forward, sampler))
 
 
@@ -116,14 +152,31 @@ def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num
     return int(first + per_graph * modes * (len(sizes) - 1))
 
 
-def rope_cache_bytes(spec: ModelSpec, max_positions: int) -> int:
-    """RotaryEmbedding's cos/sin cache: max positions × rotary dim, in float32 (vLLM builds it
-    in float32 and keeps the model dtype copy; count 4 bytes)."""
+def rope_positions(spec: ModelSpec) -> int:
+    """Rows of RotaryEmbedding's cos/sin cache (``_compute_cos_sin_cache``): vLLM passes the
+    config's ``max_position_embeddings`` to ``get_rope`` whatever ``--max-model-len`` is;
+    linear/dynamic scaling multiply it by the factor, YaRN builds
+    ``original_max_position_embeddings × factor`` rows (vllm/model_executor/layers/rotary_embedding)."""
+    keys = spec.max_len_keys
+    positions = keys.get("max_position_embeddings") or min(keys.values(), default=2048)
+    rope = spec.rope_scaling or {}
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "").lower()
+    factor = rope.get("factor") or 1
+    if rope_type in ("linear", "dynamic"):
+        positions = int(positions * factor)
+    elif rope_type in ("yarn", "deepseek_yarn"):
+        positions = int((rope.get("original_max_position_embeddings") or positions) * factor)
+    return int(positions)
+
+
+def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
+    """One cos/sin cache (``get_rope`` shares it between layers): positions × rotary dim in the
+    model dtype (``cache.to(dtype)`` in RotaryEmbedding.__init__)."""
     if spec.is_mla:
         rot = spec.layers[0].mixer.qk_rope_head_dim  # type: ignore[union-attr]
     else:
         rot = spec.head_dim
-    return max_positions * rot * 4
+    return rope_positions(spec) * rot * dtype_bytes
 
 
 def requested_bytes(total: int, util: float, sem: VllmSemantics) -> int:
@@ -150,11 +203,11 @@ def estimate_budget(
 ) -> BudgetTerms:
     world = tp * pp
     requested = requested_bytes(total_bytes, util, sem)
-    weights = weights_bytes + rope_cache_bytes(spec, max_model_len)
+    weights = weights_bytes + rope_cache_bytes(spec, dtype_bytes)
     comm = NON_TORCH_COMM_BYTES if world > 1 else 0
     non_torch = NON_TORCH_BASE_BYTES + comm
     activation = activation_peak_bytes(spec, tp, dtype_bytes, max_num_batched_tokens, max_num_seqs,
-                                       last_stage)
+                                       last_stage, sampler_bytes_per_logit(sem, device))
     graphs = 0
     if device == "cuda" and not enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tp, dtype_bytes, max_num_seqs, layers_on_rank)

@@ -290,7 +290,8 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
 
     # --- budget per pipeline stage -------------------------------------------------------------
     util = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
-    weights = mparams.weights_per_rank(spec, tp, pp, dtype_bytes, quant)
+    moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if quant and quant.method == "mxfp4" else None
+    weights = mparams.weights_per_rank(spec, tp, pp, dtype_bytes, quant, moe_padding)
     budgets: list[BudgetTerms] = []
     for st in weights:
         budgets.append(estimate_budget(

@@ -241,6 +241,43 @@ def bytes_per_param(t: Tensor, quant: Optional[Quantization], dtype_bytes: int) 
     return quant.bits / 8 + (2 + quant.bits / 8) / g
 
 
+def _round_up(x: float, m: int) -> int:
+    return int(-(-int(x) // m) * m)
+
+
+def mxfp4_padding(sm: Optional[int], version: tuple[int, ...]) -> tuple[int, int]:
+    """(intermediate multiple, hidden multiple) to which vLLM pads MXFP4 expert weights per GPU
+    (``vllm/model_executor/layers/quantization/mxfp4.py``: ``get_mxfp4_backend`` and
+    ``Mxfp4MoEMethod.create_weights``, 0.10.1–0.11):
+
+    * Marlin (Ampere and older; Hopper while vLLM shipped torch < 2.8, i.e. up to 0.10.1, or
+      without triton_kernels): intermediate to 128, hidden to 256 (the Marlin MoE kernel needs
+      n % 256 == 0 and k % 128 == 0);
+    * FlashInfer on Blackwell (sm 100): 256 and 256;
+    * the triton_kernels path (Hopper from 0.10.2): intermediate to 64, hidden unpadded.
+    A GPU of unknown architecture gets the Marlin layout (the portable fallback)."""
+    if sm is None or sm < 90:
+        return 128, 256
+    if sm // 10 == 10:
+        return 256, 256
+    if sm // 10 == 9 and version < (0, 10, 2):
+        return 128, 256
+    return 64, 1
+
+
+def _mxfp4_expert_bytes(spec: ModelSpec, mlp: MoEMLP, tp: int, padding: tuple[int, int]) -> float:
+    """MXFP4 expert tensors as created on one rank: uint8 weights (two values per byte), one
+    uint8 e8m0 scale per 32 values, bf16 biases, at the padded sizes."""
+    inter = _round_up(mlp.expert_intermediate_size / tp, padding[0])
+    hidden = _round_up(spec.hidden_size, padding[1])
+    e = mlp.num_experts
+    values = e * (2 * inter * hidden + hidden * inter)
+    nbytes = values / 2 + values / 32
+    if mlp.expert_bias:
+        nbytes += e * (2 * inter + hidden) * 2
+    return nbytes
+
+
 def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
     """vllm/distributed/utils.py get_pp_indices: remainder layers go to the stages counting back
     from the second-to-last (the last stage also holds lm_head)."""
@@ -264,8 +301,10 @@ class StageWeights:
 
 
 def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int = 2,
-                     quant: Optional[Quantization] = None) -> list[StageWeights]:
-    """Weight bytes held by one GPU of each pipeline stage (all TP ranks of a stage are equal)."""
+                     quant: Optional[Quantization] = None,
+                     moe_padding: Optional[tuple[int, int]] = None) -> list[StageWeights]:
+    """Weight bytes held by one GPU of each pipeline stage (all TP ranks of a stage are equal).
+    ``moe_padding`` (from :func:`mxfp4_padding`) lays MXFP4 experts out as the GPU's kernel does."""
     ranges = pp_layer_ranges(spec.num_layers, pp)
     vision = vision_params(spec) * dtype_bytes  # vLLM keeps the vision tower on every rank
     stages = []
@@ -273,8 +312,14 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
         tensors: list[Tensor] = []
         if s == 0:
             tensors += embedding_tensors(spec)
+        padded = 0.0
         for i in layer_range:
-            tensors += layer_tensors(spec, spec.layers[i])
+            layer = spec.layers[i]
+            tensors_i = layer_tensors(spec, layer)
+            if moe_padding and quant is not None and quant.method == "mxfp4" and isinstance(layer.mlp, MoEMLP):
+                padded += _mxfp4_expert_bytes(spec, layer.mlp, tp, moe_padding)
+                tensors_i = [t for t in tensors_i if not (t.expert and t.name != "router")]
+            tensors += tensors_i
         if s == pp - 1:
             head = head_tensors(spec)
             if spec.tie_word_embeddings and pp == 1:
@@ -286,6 +331,6 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
             n = t.numel_per_rank(tp)
             numel += n
             nbytes += n * bytes_per_param(t, quant, dtype_bytes)
-        extra = vision if s == 0 else 0
+        extra = (vision if s == 0 else 0) + padded
         stages.append(StageWeights(s, layer_range, int(nbytes + extra), int(numel)))
     return stages
