@@ -2,7 +2,10 @@
 
 For every public log in tests/fixtures/vllm_logs whose GPU size, model and flags are known, kvplan
 plans the start-up *without* the log's measurement and compares its "Available KV cache memory"
-with the one vLLM printed. Usage:
+with the one vLLM printed. Per log it prints the error in GiB and in % of the measured KV memory,
+whether kvplan's start/fail verdict matches vLLM's, and the summary overall, per family and per
+version. Logs marked ``dev`` belong to the development set the fitted non-torch constants were
+fitted to (memory/budget.py); they are reported apart from the validation logs. Usage:
 
     .venv/bin/python benchmarks/plan_accuracy.py [--json]
 """
@@ -29,6 +32,17 @@ R1_DISTILL_1_5B = {  # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json (Qw
 }
 
 
+QWEN2_7B = {  # Qwen/Qwen2-7B-Instruct config.json (recalled; 14.2488 GiB of bf16 weights at TP1 confirm it)
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "use_sliding_window": False, "sliding_window": 131072, "rope_theta": 1000000.0,
+}
+
+A100_80 = "A100-80GB"
+A100_40 = "A100-40GB"
+
+
 def _qwen72_gptq() -> dict:
     cfg = dict(load_model("Qwen/Qwen2.5-72B-Instruct").raw)
     cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}
@@ -43,20 +57,33 @@ def _qwen3_30b_w4a16() -> dict:
     return cfg
 
 
-# (log prefix, model id or config, GPU name or total GiB, vLLM version, engine, plan flags)
+# (log prefix, model id or config, GPU name or total GiB, vLLM version, engine, plan flags, family)
 CASES = [
-    ("01", "meta-llama/Llama-3.1-8B-Instruct", 23.58, "0.6.4", None, dict(max_model_len=20000, gpu_memory_utilization=0.9)),
-    ("02", "meta-llama/Llama-3.1-8B-Instruct", 23.58, "0.6.4", None, dict(max_model_len=29000, gpu_memory_utilization=0.9)),
-    ("04", "meta-llama/Meta-Llama-3-8B", 79.22, "0.6.4", None, dict(gpu_memory_utilization=0.9)),
-    ("05", _qwen72_gptq, 47.74, "0.6.4", None, dict(max_model_len=8192, gpu_memory_utilization=0.95)),
-    ("06", R1_DISTILL_1_5B, 7.75, "0.7.3", "V0", dict(max_model_len=2000, gpu_memory_utilization=0.9)),
-    ("10", _qwen3_30b_w4a16, 23.56, "0.8.5", "V0", dict(max_num_seqs=8, gpu_memory_utilization=0.9)),
+    ("01", "meta-llama/Llama-3.1-8B-Instruct", 23.58, "0.6.4", None, dict(max_model_len=20000, gpu_memory_utilization=0.9), "dense"),
+    ("02", "meta-llama/Llama-3.1-8B-Instruct", 23.58, "0.6.4", None, dict(max_model_len=29000, gpu_memory_utilization=0.9), "dense"),
+    ("04", "meta-llama/Meta-Llama-3-8B", 79.22, "0.6.4", None, dict(gpu_memory_utilization=0.9), "dense"),
+    ("05", _qwen72_gptq, 47.74, "0.6.4", None, dict(max_model_len=8192, gpu_memory_utilization=0.95), "quantized"),
+    ("06", R1_DISTILL_1_5B, 7.75, "0.7.3", "V0", dict(max_model_len=2000, gpu_memory_utilization=0.9), "dense"),
+    ("10", _qwen3_30b_w4a16, 23.56, "0.8.5", "V0", dict(max_num_seqs=8, gpu_memory_utilization=0.9), "MoE quantized"),
     ("14", "deepseek-ai/DeepSeek-V2-Lite", "L4", "0.9.2", None,
-     dict(tensor_parallel_size=2, pipeline_parallel_size=2, max_model_len=1024)),
-    ("16", "openai/gpt-oss-120b", "H100", "0.10.1", None, dict()),
+     dict(tensor_parallel_size=2, pipeline_parallel_size=2, max_model_len=1024), "MLA MoE"),
+    ("16", "openai/gpt-oss-120b", "H100", "0.10.1", None, dict(), "MoE MXFP4"),
     ("19", "openai/gpt-oss-120b", "H100", "0.11", None,
-     dict(gpu_memory_utilization=0.95, max_num_batched_tokens=1024, max_model_len=131072)),
+     dict(gpu_memory_utilization=0.95, max_num_batched_tokens=1024, max_model_len=131072), "MoE MXFP4"),
+    # Development set (dennislee22/vLLM-benchmarking server logs, v0.10.1.1 printed): fitted to.
+    ("25", QWEN2_7B, A100_80, "0.10.1", None, dict(max_model_len=16384, gpu_memory_utilization=0.25), "dense"),
+    ("26", QWEN2_7B, A100_80, "0.10.1", None, dict(max_model_len=16384, gpu_memory_utilization=0.5), "dense"),
+    ("27", QWEN2_7B, A100_80, "0.10.1", None,
+     dict(max_model_len=16384, gpu_memory_utilization=0.25, tensor_parallel_size=2), "dense"),
+    ("28", QWEN2_7B, A100_80, "0.10.1", None,
+     dict(max_model_len=16384, gpu_memory_utilization=0.5, tensor_parallel_size=2), "dense"),
+    ("29", QWEN2_7B, A100_40, "0.10.1", None,
+     dict(max_model_len=16384, gpu_memory_utilization=0.5, tensor_parallel_size=2), "dense"),
+    ("30", "openai/gpt-oss-120b", A100_80, "0.10.1", None,
+     dict(max_model_len=16384, gpu_memory_utilization=0.8, tensor_parallel_size=4), "MoE MXFP4"),
 ]
+DEV_SET = {"25", "26", "27", "28", "29", "30"}
+WITHIN = 5.0  # per cent of the measured KV memory (or of GPU memory when vLLM measured ~0)
 
 
 def _spec(model):
@@ -67,21 +94,48 @@ def _spec(model):
     return load_model(model)
 
 
+STARTUP_FAILURES = ("ValueError", "is larger than the maximum number of tokens", "No available memory for the cache",
+                    "CUDA out of memory")
+
+
+def _verdict_right(r, log, text: str) -> bool:
+    """vLLM started when it printed a positive KV memory and none of its start-up errors."""
+    started = min(log.available_kv_gib) > 0 and not log.errors and not any(f in text for f in STARTUP_FAILURES)
+    return bool(r.startup.ok) == started
+
+
 def run() -> list[dict]:
     rows = []
-    for prefix, model, gpu, version, engine, flags in CASES:
+    for prefix, model, gpu, version, engine, flags, family in CASES:
         path = next(LOGS.glob(prefix + "-*.log"))
-        log = parse_startup_log(path.read_text())
+        text = path.read_text()
+        log = parse_startup_log(text)
         measured = min(log.available_kv_gib)
         g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
         r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, **flags), what_ifs=False)
         est = r.memory.available_kv_cache_gib
-        rows.append({"log": path.name, "vllm": version, "model": r.model.id, "gpu_gib": round(g.memory_gib, 2),
-                     "measured_gib": measured, "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
-                     "error_pct_of_gpu": round((est - measured) / g.memory_gib * 100, 2),
-                     "weights_gib": round(r.memory.weights_gib_per_gpu, 2),
-                     "log_weights_gib": log.model_loading_gib})
+        err = est - measured
+        # Error relative to the measured KV memory; when vLLM measured (almost) nothing, relative
+        # to the GPU's memory so a -2 GiB log does not divide by zero.
+        base = measured if measured >= 1.0 else g.memory_gib
+        rows.append({"log": path.name, "vllm": version, "family": family, "set": "dev" if prefix in DEV_SET else "validation",
+                     "model": r.model.id, "gpu_gib": round(g.memory_gib, 2), "tp": r.parallel.tensor_parallel_size,
+                     "measured_gib": measured, "kvplan_gib": round(est, 2), "error_gib": round(err, 2),
+                     "error_pct": round(err / base * 100, 2), "verdict_right": _verdict_right(r, log, text),
+                     "weights_gib": round(r.memory.weights_gib_per_gpu, 2), "log_weights_gib": log.model_loading_gib})
     return rows
+
+
+def _summary(rows: list[dict]) -> str:
+    if not rows:
+        return "-"
+    errs = sorted(abs(r["error_gib"]) for r in rows)
+    p90 = errs[min(len(errs) - 1, int(round(0.9 * (len(errs) - 1))))]
+    ok = sum(1 for r in rows if abs(r["error_pct"]) <= WITHIN and r["verdict_right"])
+    verdict = sum(1 for r in rows if r["verdict_right"])
+    return (f"{len(rows):3d} logs | within ±{WITHIN:g}% and right verdict {ok}/{len(rows)} ({ok / len(rows):.0%}) | "
+            f"verdict right {verdict}/{len(rows)} | median |error| {statistics.median(errs):.2f} GiB | "
+            f"P90 {p90:.2f} GiB | max {errs[-1]:.2f} GiB")
 
 
 def main() -> None:
@@ -91,16 +145,24 @@ def main() -> None:
     if parser.parse_args().json:
         json.dump(rows, sys.stdout, indent=2)
         return
-    print(f"{'log':48s} {'vLLM':6s} {'GPU':>6s} {'vLLM KV':>8s} {'kvplan':>8s} {'error':>7s} {'%GPU':>6s} "
-          f"{'weights':>8s} {'(log)':>7s}")
+    print(f"{'log':52s} {'set':4s} {'vLLM':6s} {'family':13s} {'TP':>2s} {'GPU':>6s} {'vLLM KV':>8s} {'kvplan':>8s} "
+          f"{'error':>7s} {'err%':>7s} {'verdict':>7s} {'weights':>8s} {'(log)':>7s}")
     for r in rows:
         lw = f"{r['log_weights_gib']:.2f}" if r["log_weights_gib"] else "-"
-        print(f"{r['log']:48s} {r['vllm']:6s} {r['gpu_gib']:6.2f} {r['measured_gib']:8.2f} {r['kvplan_gib']:8.2f} "
-              f"{r['error_gib']:+7.2f} {r['error_pct_of_gpu']:+6.2f} {r['weights_gib']:8.2f} {lw:>7s}")
-    errs = [abs(r["error_gib"]) for r in rows]
-    pct = [abs(r["error_pct_of_gpu"]) for r in rows]
-    print(f"\n{len(rows)} logs: median |error| {statistics.median(errs):.2f} GiB, max {max(errs):.2f} GiB; "
-          f"median {statistics.median(pct):.2f}% of GPU memory, max {max(pct):.2f}%")
+        print(f"{r['log'][:52]:52s} {r['set'][:4]:4s} {r['vllm']:6s} {r['family'][:13]:13s} {r['tp']:2d} {r['gpu_gib']:6.2f} "
+              f"{r['measured_gib']:8.2f} {r['kvplan_gib']:8.2f} {r['error_gib']:+7.2f} {r['error_pct']:+7.1f} "
+              f"{'right' if r['verdict_right'] else 'WRONG':>7s} {r['weights_gib']:8.2f} {lw:>7s}")
+    val = [r for r in rows if r["set"] == "validation"]
+    dev = [r for r in rows if r["set"] == "dev"]
+    print("\nall         " + _summary(rows))
+    print("validation  " + _summary(val) + "   (logs nothing was fitted to)")
+    print("dev set     " + _summary(dev) + "   (the non-torch constants were fitted to these)")
+    print("\nper family (validation logs):")
+    for fam in sorted({r["family"] for r in val}):
+        print(f"  {fam:14s} " + _summary([r for r in val if r["family"] == fam]))
+    print("per version (validation logs):")
+    for ver in sorted({r["vllm"] for r in val}, key=lambda v: tuple(int(x) for x in v.split("."))):
+        print(f"  {ver:14s} " + _summary([r for r in val if r["vllm"] == ver]))
 
 
 if __name__ == "__main__":
