@@ -57,6 +57,14 @@ def _qwen3_30b_w4a16() -> dict:
     return cfg
 
 
+def _qwen3_235b_fp8() -> dict:
+    """Qwen/Qwen3-235B-A22B-FP8: the bf16 config plus its block-wise fp8 quantization_config."""
+    cfg = dict(load_model("Qwen/Qwen3-235B-A22B").raw)
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [128, 128]}
+    return cfg
+
+
 # (log prefix, model id or config, GPU name or total GiB, vLLM version, engine, plan flags, family)
 CASES = [
     ("01", "meta-llama/Llama-3.1-8B-Instruct", 23.58, "0.6.4", None, dict(max_model_len=20000, gpu_memory_utilization=0.9), "dense"),
@@ -67,6 +75,8 @@ CASES = [
     ("10", _qwen3_30b_w4a16, 23.56, "0.8.5", "V0", dict(max_num_seqs=8, gpu_memory_utilization=0.9), "MoE quantized"),
     ("14", "deepseek-ai/DeepSeek-V2-Lite", "L4", "0.9.2", None,
      dict(tensor_parallel_size=2, pipeline_parallel_size=2, max_model_len=1024), "MLA MoE"),
+    # July 2025 thread, no version printed: 0.10.0 (released that week) is assumed.
+    ("15", _qwen3_235b_fp8, "H100", "0.10.0", None, dict(tensor_parallel_size=4), "MoE fp8"),
     ("16", "openai/gpt-oss-120b", "H100", "0.10.1", None, dict(), "MoE MXFP4"),
     ("19", "openai/gpt-oss-120b", "H100", "0.11", None,
      dict(gpu_memory_utilization=0.95, max_num_batched_tokens=1024, max_model_len=131072), "MoE MXFP4"),

@@ -178,7 +178,11 @@ def head_tensors(spec: ModelSpec) -> list[Tensor]:
 
 
 def vision_params(spec: ModelSpec) -> int:
-    """A ViT-style vision tower's parameters (approximate): what multimodal checkpoints add."""
+    """A ViT-style vision tower's parameters: what multimodal checkpoints add to the language
+    model. Per block: q/k/v/o (4·h²), the MLP (gated SwiGLU with three matrices in Qwen2.5-VL /
+    Qwen3-VL style towers that name ``hidden_act`` silu, else two), norms; plus the patch
+    embedding (temporal patches for Qwen-VL) and the projector into the language model (Qwen-VL's
+    patch merger over ``spatial_merge_size``² patches, else one linear map)."""
     vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
     if not isinstance(vc, dict):
         return 0
@@ -186,9 +190,18 @@ def vision_params(spec: ModelSpec) -> int:
     n = int(vc.get("num_hidden_layers") or vc.get("depth") or 0)
     inter = int(vc.get("intermediate_size") or 4 * h)
     patch = int(vc.get("patch_size") or 14)
-    channels = int(vc.get("num_channels") or 3)
-    proj = h * spec.hidden_size
-    return n * (4 * h * h + 2 * h * inter + 9 * h) + patch * patch * channels * h + proj
+    channels = int(vc.get("num_channels") or vc.get("in_chans") or vc.get("in_channels") or 3)
+    temporal = int(vc.get("temporal_patch_size") or 1)
+    out = int(vc.get("out_hidden_size") or spec.hidden_size)
+    gated = str(vc.get("hidden_act") or "").lower() in ("silu", "swiglu")
+    mlp = (3 if gated else 2) * h * inter
+    merge = int(vc.get("spatial_merge_size") or 0)
+    if merge > 1:
+        wide = h * merge * merge
+        proj = wide * wide + wide * out  # PatchMerger: Linear(wide, wide), GELU, Linear(wide, out)
+    else:
+        proj = h * out
+    return n * (4 * h * h + mlp + 9 * h) + patch * patch * channels * temporal * h + proj
 
 
 def count_params(spec: ModelSpec, include_vision: bool = True) -> int:

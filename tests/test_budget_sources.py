@@ -1,0 +1,68 @@
+"""The budget terms kvplan derives from vLLM's source (memory/budget.py, models/params.py)."""
+from __future__ import annotations
+
+from kvplan.hardware import find_gpu
+from kvplan.memory import PlanRequest, plan
+from kvplan.memory.budget import (
+    SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
+    SAMPLER_NATIVE_BYTES_PER_LOGIT,
+    activation_peak_bytes,
+    rope_positions,
+    sampler_bytes_per_logit,
+)
+from kvplan.memory.semantics import semantics
+from kvplan.models import load_model, params, spec_from_config
+
+
+def test_a_huge_max_model_len_does_not_grow_the_rope_cache():
+    """Issue 14 finding 4: vLLM sizes the cos/sin cache by max_position_embeddings, so asking for
+    --max-model-len 1000000000 changes nothing in the weights (it was -442 GiB of KV memory)."""
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpu = find_gpu("H100")
+    normal = plan(PlanRequest(spec, gpu), what_ifs=False)
+    huge = plan(PlanRequest(spec, gpu, max_model_len=1_000_000_000), what_ifs=False)
+    assert huge.memory.weights_gib_per_gpu == normal.memory.weights_gib_per_gpu
+    assert huge.memory.available_kv_cache_gib > 40
+    assert rope_positions(spec) == 131072  # llama3 rope: max_position_embeddings, not × factor
+
+
+def test_sampler_bytes_per_logit_follow_the_sampler_code():
+    assert SAMPLER_FLASHINFER_BYTES_PER_LOGIT == 2 + 4 + 4 + 4
+    assert SAMPLER_NATIVE_BYTES_PER_LOGIT == 2 + 4 + (4 + 8 + 1 + 4 + 1 + 4)
+    assert sampler_bytes_per_logit(semantics("0.21")) == 14
+    assert sampler_bytes_per_logit(semantics("0.21"), "cpu") == 28
+
+
+def test_sampler_rows_are_capped_by_the_batch():
+    """_dummy_run: num_reqs = min(num_tokens, max_num_seqs)."""
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    small = activation_peak_bytes(spec, 1, 2, 512, 1024)
+    assert small >= 512 * spec.vocab_size * 14
+    assert small < 1024 * spec.vocab_size * 14
+
+
+def test_mxfp4_experts_are_padded_as_the_marlin_kernel_needs():
+    """gpt-oss-120b on an H100 with vLLM 0.10.1 (Marlin: intermediate to 128, hidden to 256):
+    65.91 GiB per GPU, the log 16 measured 65.97 GiB; unpadded it would be 60.8 GiB."""
+    spec = load_model("openai/gpt-oss-120b")
+    assert params.mxfp4_padding(90, (0, 10, 1)) == (128, 256)
+    assert params.mxfp4_padding(80, (0, 33)) == (128, 256)
+    assert params.mxfp4_padding(90, (0, 11)) == (64, 1)
+    padded = params.weights_per_rank(spec, 1, 1, 2, spec.quantization, (128, 256))[0].bytes_per_rank
+    plain = params.weights_per_rank(spec, 1, 1, 2, spec.quantization)[0].bytes_per_rank
+    assert abs(padded / 2**30 - 65.97) < 0.2
+    assert plain < padded - 4 * 2**30
+
+
+def test_vision_tower_of_a_qwen25_vl_config():
+    """Qwen2.5-VL-7B: 8.29 B parameters published; the tower (gated MLP, patch merger) ~0.68 B."""
+    cfg = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+           "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+           "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 128000,
+           "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+           "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                             "num_heads": 16, "out_hidden_size": 3584, "patch_size": 14, "in_chans": 3,
+                             "spatial_merge_size": 2, "temporal_patch_size": 2}}
+    spec = spec_from_config(cfg, "qwen25vl.json")
+    assert spec.num_layers == 28 and spec.hidden_size == 3584
+    assert abs(params.count_params(spec) / 1e9 - 8.29) < 0.02
