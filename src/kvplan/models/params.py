@@ -260,22 +260,20 @@ def _round_up(x: float, m: int) -> int:
 
 def mxfp4_padding(sm: Optional[int], version: tuple[int, ...]) -> tuple[int, int]:
     """(intermediate multiple, hidden multiple) to which vLLM pads MXFP4 expert weights per GPU
-    (``vllm/model_executor/layers/quantization/mxfp4.py``: ``get_mxfp4_backend`` and
-    ``Mxfp4MoEMethod.create_weights``, 0.10.1–0.11):
+    (``vllm/model_executor/layers/quantization/mxfp4.py``: ``_should_use_marlin`` in 0.10.1,
+    ``get_mxfp4_backend`` in 0.11, then ``Mxfp4MoEMethod.create_weights``):
 
-    * Marlin (Ampere and older; Hopper while vLLM shipped torch < 2.8, i.e. up to 0.10.1, or
-      without triton_kernels): intermediate to 128, hidden to 256 (the Marlin MoE kernel needs
-      n % 256 == 0 and k % 128 == 0);
-    * FlashInfer on Blackwell (sm 100): 256 and 256;
-    * the triton_kernels path (Hopper from 0.10.2): intermediate to 64, hidden unpadded.
-    A GPU of unknown architecture gets the Marlin layout (the portable fallback)."""
-    if sm is None or sm < 90:
-        return 128, 256
-    if sm // 10 == 10:
+    * FlashInfer on Blackwell (sm 100, FlashInfer ships with the wheel): 256 and 256;
+    * Marlin everywhere else on CUDA: intermediate to 128, hidden to 256 (the Marlin MoE kernel
+      needs n % 256 == 0 and k % 128 == 0). Hopper takes the triton_kernels path (intermediate
+      to 64, no hidden padding) only when the optional ``triton_kernels`` package is installed
+      and torch >= 2.8 (vLLM >= 0.10.2); it is not a dependency of the wheel
+      (``has_triton_kernels`` only probes for the module), so Marlin's larger layout is the
+      default here: the conservative side for a start/fail verdict.
+    A GPU of unknown architecture also gets the Marlin layout (the portable fallback)."""
+    if sm is not None and sm // 10 == 10:
         return 256, 256
-    if sm // 10 == 9 and version < (0, 10, 2):
-        return 128, 256
-    return 64, 1
+    return 128, 256
 
 
 def _mxfp4_expert_bytes(spec: ModelSpec, mlp: MoEMLP, tp: int, padding: tuple[int, int]) -> float:
