@@ -67,3 +67,29 @@ def test_vision_tower_of_a_qwen25_vl_config():
     spec = spec_from_config(cfg, "qwen25vl.json")
     assert spec.num_layers == 28 and spec.hidden_size == 3584
     assert abs(params.count_params(spec) / 1e9 - 8.29) < 0.02
+
+
+def _kvplan_json(*args: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, COLUMNS="120", KVPLAN_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "kvplan.cli.main", "plan", "--format", "json", *args],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_kv_cache_memory_and_from_log_need_no_gpu_name():
+    """With the KV memory given (or measured in a log) the GPU's size no longer sets the blocks."""
+    d = _kvplan_json("--model", "llama-2-70b-chat", "-tp", "4", "--max-model-len", "4096", "--kv-cache-memory", "30")
+    assert d["kv"]["num_gpu_blocks"] == 24_576
+    from pathlib import Path
+
+    log = Path(__file__).parent / "fixtures" / "vllm_logs" / "26-qwen2-7b-a100-80gb-tp1-util05-v1-0.10.1.1-dev.log"
+    d = _kvplan_json("--from-log", str(log), "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-num-batched-tokens", "2048")
+    # the log: 24.83 GiB, 464,848 tokens (29,053 blocks of 16); the printed GiB is rounded to 0.01
+    assert abs(d["kv"]["num_gpu_blocks"] - 29_053) <= 6
+    assert d["flags"]["gpu"].startswith("unspecified GPU")

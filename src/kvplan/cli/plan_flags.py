@@ -148,6 +148,10 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         g = custom_gpu(int(log.total_gpu_memory_gib * (1 << 30)), "CPU from log" if device == "cpu" else "GPU from log")
     elif device == "cpu":
         g = custom_gpu(parse_size("16GiB"), "CPU")
+    elif kv_cache_memory or kv_cache_memory_bytes or (log is not None and log.available_kv_bytes is not None):
+        # The KV memory is given or measured, so the GPU's size no longer sets the blocks; it still
+        # picks vLLM's batch defaults (the 70-160 GiB tier), which the name says.
+        g = custom_gpu(80 * (1 << 30), "unspecified GPU (80 GiB assumed for the batch defaults)")
     else:
         raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
 
