@@ -118,12 +118,17 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
 
 def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda") -> int:
     """Peak bytes per logit element of the profile run's dummy sampler (see the constants).
-    V1 on CUDA samples with FlashInfer when it is installed: the release images ship it, and
-    the pip wheel depends on it from 0.12 (vllm 0.21 requires flashinfer-python); the CPU
-    backend and V0 have their own samplers."""
+    ``VLLM_USE_FLASHINFER_SAMPLER`` (vllm/envs.py, TopKTopPSampler.__init__) decides on CUDA:
+    0.8-0.11 default None, read as "on when FlashInfer is importable" (the release images ship
+    it); 0.15.1 made it opt-in ("disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt
+    in"), so the native sort runs; 0.21 and 0.33 default it to True (the wheel requires
+    flashinfer-python). Versions between those read are attributed to the later one. The CPU
+    backend samples natively; V0 has its own sampler."""
     if sem.engine == "V0":
         return V0_SAMPLER_BYTES_PER_LOGIT
     if device != "cuda":
+        return SAMPLER_NATIVE_BYTES_PER_LOGIT
+    if (0, 15) <= sem.version < (0, 21):
         return SAMPLER_NATIVE_BYTES_PER_LOGIT
     return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
 

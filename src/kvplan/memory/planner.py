@@ -142,8 +142,10 @@ def _layout(req: PlanRequest, sem: VllmSemantics, kv, block_size: int, dtype_byt
     spec, tp = req.model, req.tensor_parallel_size
     specs = [_version_quirks(kv_spec_for(l.mixer, tp, block_size, kv, dtype_bytes), sem) for l in spec.layers]
     chunked = any(isinstance(l.mixer, ChunkedLocalAttention) for l in spec.layers)
-    # HMA is off before 0.10, on request, and automatically for chunked-local models (Llama-4).
-    hma = sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager and not chunked
+    # HMA is off before 0.10, on request, and for chunked-local models (Llama-4) where the
+    # version's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default says so (≤0.14).
+    hma = (sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager
+           and not (chunked and not sem.chunked_local_keeps_hma))
     if not hma:
         specs = [promote_to_full(s) for s in specs]
     mamba = [s for s in specs if isinstance(s, MambaSpec)]

@@ -207,6 +207,14 @@ class VllmSemantics:
         return self.version >= (0, 9)
 
     @property
+    def chunked_local_keeps_hma(self) -> bool:
+        """Chunked-local models (Llama-4) keep the hybrid allocator when
+        ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is on: default "0" in 0.10.1 and
+        0.11 (VllmConfig.__post_init__ disables HMA with a latency warning), "1" in 0.15.1, 0.21
+        and 0.33 (vllm/envs.py). The flip is attributed to 0.15."""
+        return self.version >= (0, 15)
+
+    @property
     def group_size_threshold(self) -> float:
         """group_size = max layer count when max < threshold × min, else min: never (≤0.11),
         1.25 (0.12–0.17), 1.5 (0.18+)."""
