@@ -93,3 +93,17 @@ def test_kv_cache_memory_and_from_log_need_no_gpu_name():
     # the log: 24.83 GiB, 464,848 tokens (29,053 blocks of 16); the printed GiB is rounded to 0.01
     assert abs(d["kv"]["num_gpu_blocks"] - 29_053) <= 6
     assert d["flags"]["gpu"].startswith("unspecified GPU")
+
+
+def test_llama4_scout_keeps_the_hybrid_allocator_from_015():
+    """VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 0 in 0.11 (one 48-layer
+    group) and to 1 from 0.15.1 (12 full + 36 chunked layers: group_size 12, bpb = 12 pages, so
+    four times the blocks for the same memory)."""
+    spec = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    gpu = find_gpu("H100")
+    old, new = (plan(PlanRequest(spec, gpu, tensor_parallel_size=4, max_model_len=131072, vllm_version=v,
+                                 kv_cache_memory_bytes=20 << 30), what_ifs=False) for v in ("0.11", "0.21"))
+    assert not old.flags.hybrid_kv_cache_manager and new.flags.hybrid_kv_cache_manager
+    assert [g.layers for g in old.kv.groups] == [48]
+    assert sorted(g.layers for g in new.kv.groups) == [12, 12, 12, 12]
+    assert new.kv.num_gpu_blocks == 4 * old.kv.num_gpu_blocks + 2  # 20 GiB // (12 pages) vs // (48 pages)
