@@ -107,3 +107,13 @@ def test_llama4_scout_keeps_the_hybrid_allocator_from_015():
     assert [g.layers for g in old.kv.groups] == [48]
     assert sorted(g.layers for g in new.kv.groups) == [12, 12, 12, 12]
     assert new.kv.num_gpu_blocks == 4 * old.kv.num_gpu_blocks + 2  # 20 GiB // (12 pages) vs // (48 pages)
+
+
+def test_pipeline_stages_report_their_own_memory_and_blocks():
+    spec = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    r = plan(PlanRequest(spec, find_gpu("L4"), tensor_parallel_size=2, pipeline_parallel_size=2, max_model_len=1024,
+                         vllm_version="0.9.2"), what_ifs=False)
+    m = r.memory
+    assert len(m.available_kv_bytes_per_stage) == 2 and len(m.num_gpu_blocks_per_stage) == 2
+    assert r.kv.num_gpu_blocks == min(m.num_gpu_blocks_per_stage)
+    assert any(n.startswith("Per pipeline stage") for n in r.notes)

@@ -355,6 +355,12 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
         errors.append(admission.max_model_len_too_large(
             sem, L, needed_for(L), sizing.check_memory, suggested, layout.block_size, sizing.num_blocks, pp))
 
+    if pp > 1:
+        per_stage = ", ".join(
+            f"stage {i} ({len(st)} layers): {_gib(max(a, 0)):.2f} GiB, {max(int(a), 0) // b:,} blocks"
+            for i, (st, a, b) in enumerate(zip(stages, available, layout.bytes_per_block)))
+        notes.append(f"Per pipeline stage, as each stage's worker measures it: {per_stage}. vLLM gives every "
+                     f"stage the smallest block count (stage {sizing.stage}).")
     if sizing.concurrency >= mns and not errors:
         notes.append(f"The KV cache holds {sizing.concurrency:.0f} requests of {L:,} tokens, more than "
                      f"--max-num-seqs {mns}: the scheduler's limit, not memory, caps concurrency.")
@@ -403,6 +409,8 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
         preexisting_gib=_gib(b0.preexisting_bytes),
         source=source,
         weights_bytes_per_stage=tuple(s.bytes_per_rank for s in weights),
+        available_kv_bytes_per_stage=tuple(int(a) for a in available),
+        num_gpu_blocks_per_stage=tuple(max(int(a), 0) // b for a, b in zip(available, layout.bytes_per_block)),
     )
     groups = tuple(KVGroupInfo(g.spec.kind, len(g.layers), g.spec.page_size_bytes,
                                g.spec.blocks_per_request(sizing.ctx)) for g in layout.groups)

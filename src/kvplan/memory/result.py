@@ -68,6 +68,9 @@ class MemoryInfo:
     preexisting_gib: float  # CUDA context etc., outside the budget since 0.11
     source: str  # estimate | kv_cache_memory | log
     weights_bytes_per_stage: tuple[int, ...] = ()
+    # per pipeline stage: KV memory and blocks each stage's budget gives (vLLM takes the minimum)
+    available_kv_bytes_per_stage: tuple[int, ...] = ()
+    num_gpu_blocks_per_stage: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
