@@ -102,6 +102,9 @@ CASES = [
     ("16", "openai/gpt-oss-120b", "H100", "0.10.1", None, dict(), "MoE MXFP4"),
     ("19", "openai/gpt-oss-120b", "H100", "0.11", None,
      dict(gpu_memory_utilization=0.95, max_num_batched_tokens=1024, max_model_len=131072), "MoE MXFP4"),
+    # Blog post log (myoceane.fr, April 2026): version printed; an A100 80 GB (see index.json).
+    ("31", "openai/gpt-oss-20b", A100_80, "0.19", None, dict(max_model_len=131072, gpu_memory_utilization=0.65),
+     "MoE MXFP4"),
     # Development set (dennislee22/vLLM-benchmarking server logs, v0.10.1.1 printed): fitted to.
     ("25", QWEN2_7B, A100_80, "0.10.1", None, dict(max_model_len=16384, gpu_memory_utilization=0.25), "dense"),
     ("26", QWEN2_7B, A100_80, "0.10.1", None, dict(max_model_len=16384, gpu_memory_utilization=0.5), "dense"),
