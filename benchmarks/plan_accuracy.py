@@ -118,6 +118,13 @@ CASES = [
      dict(max_model_len=16384, gpu_memory_utilization=0.8, tensor_parallel_size=4), "MoE MXFP4"),
 ]
 DEV_SET = {"25", "26", "27", "28", "29", "30"}
+
+# Logs 101+ are built from their index.json entries (benchmarks/plan_accuracy_index.py): validation only.
+from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+_INDEX_CASES, _INDEX_EXCLUDED = index_cases()
+CASES += _INDEX_CASES
+UNPREDICTABLE.update(_INDEX_EXCLUDED)
 WITHIN = 5.0  # per cent of the measured KV memory (or of GPU memory when vLLM measured ~0)
 
 

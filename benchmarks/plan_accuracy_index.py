@@ -1,0 +1,91 @@
+"""Benchmark cases built from tests/fixtures/vllm_logs/index.json, so a new public log needs no code.
+
+Every index entry numbered 101 or above becomes one plan_accuracy case, read from its own fields:
+
+- model: ``model`` when it is in kvplan's catalog; otherwise ``config_fields`` holds the config.json
+  values (every key except ``source`` / ``unsure`` / ``base_model``); ``config_fields.base_model``
+  names a catalog model whose config the fields override (for example a quantized variant that only
+  adds ``quantization_config``);
+- GPU: the total memory the log prints (``expected.total_gpu_memory_gib``, the V0 profile line, or
+  ``expected.gpu_total_capacity_gib`` from a CUDA OOM message) when there is one, else ``gpu`` looked up
+  in kvplan's GPU catalog (``NVIDIA H100 80GB HBM3`` -> ``H100-SXM5-80GB``);
+- version / engine / flags: ``vllm_version`` (first three parts), ``engine``, and ``flags`` restricted
+  to what PlanRequest takes;
+- family: from ``case_types`` (multimodal / MLA / MoE / quantized / dense).
+
+Entries marked ``estimate_excluded`` (with the reason) are shown but not scored, like log 05 in
+plan_accuracy.UNPREDICTABLE. None of these logs is a development-set log: nothing is fitted to them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from kvplan.hardware import GIB, custom_gpu, find_gpu
+from kvplan.memory import PlanRequest
+from kvplan.models import load_model
+
+LOGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm_logs"
+FIRST_INDEX_CASE = 101
+_PLAN_FIELDS = {f.name for f in dataclasses.fields(PlanRequest)} - {"model", "gpu", "vllm_version", "engine"}
+_NOT_CONFIG = {"source", "unsure", "base_model"}
+
+
+def _model(entry: dict):
+    fields = {k: v for k, v in (entry.get("config_fields") or {}).items() if k not in _NOT_CONFIG}
+    base = (entry.get("config_fields") or {}).get("base_model")
+    if base:
+        return {**load_model(base).raw, **fields}
+    if entry.get("model"):
+        try:
+            load_model(entry["model"])
+            if not fields.get("architectures"):
+                return entry["model"]
+        except Exception:  # not in the catalog: the config fields must describe it
+            pass
+    return fields
+
+
+def _gpu(entry: dict):
+    exp = entry.get("expected", {})
+    for key in ("total_gpu_memory_gib", "gpu_total_capacity_gib"):
+        if exp.get(key):
+            return float(exp[key])
+    name = re.sub(r"\b(NVIDIA|GeForce|Tesla)\b", "", entry["gpu"]).strip()
+    return name
+
+
+def _version(entry: dict) -> str | None:
+    v = entry.get("vllm_version")
+    if not v:
+        return None
+    return ".".join(re.match(r"[0-9.]+", v).group(0).strip(".").split(".")[:3])
+
+
+def family(entry: dict) -> str:
+    types = " ".join(entry.get("case_types", [])).lower()
+    parts = [label for word, label in (("multimodal", "multimodal"), ("mla", "MLA"), ("moe", "MoE")) if word in types]
+    if any(q in types for q in ("awq", "gptq", "fp8", "int4", "int8", "w8a8", "w4a16", "quantized", "mxfp4",
+                                "compressed-tensors", "bitsandbytes")):
+        parts.append("quantized")
+    return " ".join(parts) or "dense"
+
+
+def resolve_gpu(gpu):
+    return custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
+
+
+def index_cases() -> tuple[list[tuple], dict[str, str]]:
+    """(cases in plan_accuracy.CASES' shape, {prefix: reason} for entries shown but not scored)."""
+    cases, excluded = [], {}
+    for entry in json.loads((LOGS / "index.json").read_text()):
+        prefix = entry["file"].split("-", 1)[0]
+        if not prefix.isdigit() or int(prefix) < FIRST_INDEX_CASE:
+            continue
+        flags = {k: v for k, v in entry.get("flags", {}).items() if k in _PLAN_FIELDS}
+        cases.append((prefix, _model(entry), _gpu(entry), _version(entry), entry.get("engine"), flags, family(entry)))
+        if entry.get("estimate_excluded"):
+            excluded[prefix] = entry["estimate_excluded"]
+    return cases, excluded
