@@ -122,7 +122,7 @@ DEV_SET = {"25", "26", "27", "28", "29", "30"}
 # Logs 101+ are built from their index.json entries (benchmarks/plan_accuracy_index.py): validation only.
 from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-_INDEX_CASES, _INDEX_EXCLUDED = index_cases()
+_INDEX_CASES, _INDEX_EXCLUDED, MEASURED_FROM_INDEX = index_cases()
 CASES += _INDEX_CASES
 UNPREDICTABLE.update(_INDEX_EXCLUDED)
 WITHIN = 5.0  # per cent of the measured KV memory (or of GPU memory when vLLM measured ~0)
@@ -158,6 +158,8 @@ def run() -> list[dict]:
         if prefix in MEASURED_FROM_TOKENS:
             tokens = log.kv_cache_tokens or round(log.max_concurrency * log.concurrency_len)
             measured = round(tokens // r.kv.block_size * r.kv.bytes_per_block / GIB, 2)
+        elif prefix in MEASURED_FROM_INDEX:
+            measured = MEASURED_FROM_INDEX[prefix]
         else:
             measured = min(log.available_kv_gib)
         err = est - measured

@@ -7,8 +7,9 @@ Every index entry numbered 101 or above becomes one plan_accuracy case, read fro
   names a catalog model whose config the fields override (for example a quantized variant that only
   adds ``quantization_config``);
 - GPU: the total memory the log prints (``expected.total_gpu_memory_gib``, the V0 profile line, or
-  ``expected.gpu_total_capacity_gib`` from a CUDA OOM message) when there is one, else ``gpu`` looked up
-  in kvplan's GPU catalog (``NVIDIA H100 80GB HBM3`` -> ``H100-SXM5-80GB``);
+  ``expected.gpu_total_capacity_gib`` from a CUDA OOM message) when there is one; else ``gpu_memory_gib``
+  for a GPU kvplan's catalog lacks (inferred as ``gpu_note`` says); else ``gpu`` looked up in kvplan's
+  GPU catalog (``NVIDIA H100 80GB HBM3`` -> ``H100-SXM5-80GB``);
 - version / engine / flags: ``vllm_version`` (first three parts), ``engine``, and ``flags`` restricted
   to what PlanRequest takes;
 - family: from ``case_types`` (multimodal / MLA / MoE / quantized / dense).
@@ -53,6 +54,8 @@ def _gpu(entry: dict):
     for key in ("total_gpu_memory_gib", "gpu_total_capacity_gib"):
         if exp.get(key):
             return float(exp[key])
+    if entry.get("gpu_memory_gib"):  # a GPU kvplan's catalog lacks; gpu_note says how it was inferred
+        return float(entry["gpu_memory_gib"])
     name = re.sub(r"\b(NVIDIA|GeForce|Tesla)\b", "", entry["gpu"]).strip()
     return name
 
@@ -77,9 +80,15 @@ def resolve_gpu(gpu):
     return custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
 
 
-def index_cases() -> tuple[list[tuple], dict[str, str]]:
-    """(cases in plan_accuracy.CASES' shape, {prefix: reason} for entries shown but not scored)."""
-    cases, excluded = [], {}
+# Measured KV memory printed only inside an error message the startup-log parser does not read
+# (0.8.x wrote "GB"): taken from index.json's expected figures instead.
+MEASURED_KEYS = ("available_kv_cache_gib_error_line",)
+
+
+def index_cases() -> tuple[list[tuple], dict[str, str], dict[str, float]]:
+    """(cases in plan_accuracy.CASES' shape, {prefix: reason} for entries shown but not scored,
+    {prefix: measured GiB} for logs whose measurement the parser cannot read)."""
+    cases, excluded, measured = [], {}, {}
     for entry in json.loads((LOGS / "index.json").read_text()):
         prefix = entry["file"].split("-", 1)[0]
         if not prefix.isdigit() or int(prefix) < FIRST_INDEX_CASE:
@@ -88,4 +97,7 @@ def index_cases() -> tuple[list[tuple], dict[str, str]]:
         cases.append((prefix, _model(entry), _gpu(entry), _version(entry), entry.get("engine"), flags, family(entry)))
         if entry.get("estimate_excluded"):
             excluded[prefix] = entry["estimate_excluded"]
-    return cases, excluded
+        for key in MEASURED_KEYS:
+            if key in entry.get("expected", {}):
+                measured[prefix] = float(entry["expected"][key])
+    return cases, excluded, measured
