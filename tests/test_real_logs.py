@@ -13,7 +13,7 @@ from kvplan.hardware import GIB, custom_gpu
 from kvplan.memory import PlanRequest, plan
 from kvplan.memory.compare import compare_with_log
 from kvplan.memory.startup_log import parse_startup_log
-from kvplan.models import spec_from_config
+from kvplan.models import load_model, spec_from_config
 from plan_helpers import GPT_OSS_120B
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -31,6 +31,33 @@ REPLAY = {
     # 30 (gpt-oss-120b, TP4) is estimate-only here: its 0.10 token line is blocks // groups x bs
     # for a two-group hybrid, which compare_with_log does not invert into a block count.
 }
+
+
+# Logs 101+ replay from their own index.json fields (benchmarks/plan_accuracy_index.py builds the model,
+# version and flags the same way) when their check is consistent and they print a block or token count.
+def _index_replays() -> dict:
+    out = {}
+    for e in INDEX:
+        prefix = e["file"].split("-", 1)[0]
+        exp = e["expected"]
+        if (prefix.isdigit() and int(prefix) >= 101 and e["check"].get("result", "").startswith("consistent")
+                and "available_kv_cache_gib" in exp and ("num_gpu_blocks" in exp or "kv_cache_tokens" in exp)):
+            out[prefix] = (".".join(e["vllm_version"].split(".")[:2]), None)
+    return out
+
+
+REPLAY.update(_index_replays())
+
+
+def _index_spec(entry: dict):
+    """A 101+ entry's model: the catalog id, or config_fields (over ``base_model``'s config when named)."""
+    cf = {k: v for k, v in entry["config_fields"].items() if k not in ("source", "unsure", "base_model")}
+    if "base_model" in entry["config_fields"]:
+        return spec_from_config({**load_model(entry["config_fields"]["base_model"]).raw, **cf}, entry["file"],
+                                name=entry["model"])
+    if cf.get("architectures"):
+        return spec_from_config(cf, entry["file"], name=entry["model"])
+    return load_model(entry["model"])
 
 
 def _entry(prefix: str) -> dict:
@@ -69,8 +96,11 @@ def test_replay_reproduces_blocks_tokens_and_concurrency(prefix):
     version, engine = REPLAY[prefix]
     log = parse_startup_log((LOGS / entry["file"]).read_text(), entry["file"])
     flags = entry["flags"]
-    spec = spec_from_config(GPT_OSS_120B if "gpt-oss" in entry["file"] else _config(entry), entry["file"],
-                            name=entry["model"] or "unknown")
+    if int(prefix) >= 101:
+        spec = _index_spec(entry)
+    else:
+        spec = spec_from_config(GPT_OSS_120B if "gpt-oss" in entry["file"] else _config(entry), entry["file"],
+                                name=entry["model"] or "unknown")
     req = PlanRequest(
         spec, custom_gpu(80 * GIB), tensor_parallel_size=flags.get("tensor_parallel_size", 1),
         pipeline_parallel_size=flags.get("pipeline_parallel_size", 1),
