@@ -39,13 +39,9 @@ def _model(entry: dict):
     base = (entry.get("config_fields") or {}).get("base_model")
     if base:
         return {**load_model(base).raw, **fields}
-    if entry.get("model"):
-        try:
-            load_model(entry["model"])
-            if not fields.get("architectures"):
-                return entry["model"]
-        except Exception:  # not in the catalog: the config fields must describe it
-            pass
+    if entry.get("model") and not fields.get("architectures"):
+        load_model(entry["model"])  # a catalog id; otherwise config_fields must carry the config (clear error here)
+        return entry["model"]
     return fields
 
 

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_helpers import GPT_OSS_120B
 
 from kvplan.hardware import GIB, custom_gpu
 from kvplan.memory import PlanRequest, plan
 from kvplan.memory.compare import compare_with_log
 from kvplan.memory.startup_log import parse_startup_log
 from kvplan.models import load_model, spec_from_config
-from plan_helpers import GPT_OSS_120B
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
 INDEX = json.loads((LOGS / "index.json").read_text())
