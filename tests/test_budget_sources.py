@@ -117,3 +117,20 @@ def test_pipeline_stages_report_their_own_memory_and_blocks():
     assert len(m.available_kv_bytes_per_stage) == 2 and len(m.num_gpu_blocks_per_stage) == 2
     assert r.kv.num_gpu_blocks == min(m.num_gpu_blocks_per_stage)
     assert any(n.startswith("Per pipeline stage") for n in r.notes)
+
+
+def test_batch_defaults_before_0_8_5_follow_the_device_name():
+    """0.7.3-0.8.4 `_set_default_args_v1` (read in the wheels): the tier is chosen by "h100"/"h200"
+    in the device name, not by memory; max_num_seqs is 1024 everywhere until 0.8.3, 0.8.4 gives
+    256 to non-Hopper names. 0.8.5 moved to the memory tiers (an 80 GB A100 is "big" there)."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory.defaults import batch_defaults
+    from kvplan.memory.semantics import semantics as semantics_for
+
+    a100, h100 = find_gpu("A100-80GB"), find_gpu("H100")
+    assert batch_defaults(semantics_for("0.7.3", "V1"), a100, "cuda", 1) == (2048, 1024)
+    assert batch_defaults(semantics_for("0.8.2"), a100, "cuda", 1) == (2048, 1024)
+    assert batch_defaults(semantics_for("0.8.2"), h100, "cuda", 1) == (8192, 1024)
+    assert batch_defaults(semantics_for("0.8.4"), a100, "cuda", 1) == (2048, 256)
+    assert batch_defaults(semantics_for("0.8.4"), h100, "cuda", 1, "llm") == (16384, 1024)
+    assert batch_defaults(semantics_for("0.8.5"), a100, "cuda", 1) == (8192, 1024)

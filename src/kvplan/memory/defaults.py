@@ -126,7 +126,7 @@ def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[
 def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
                    entrypoint: str = "serve") -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as ``EngineArgs.get_batch_defaults`` picks them:
-    the A100 exclusion from 0.9, the >= 160 GiB tier from 0.28, GB10 (sm 12.1) excluded in 0.33,
+    by device name before 0.8.5, the A100 exclusion from 0.9, the >= 160 GiB tier from 0.28, GB10 (sm 12.1) excluded in 0.33,
     a CPU branch from 0.9 (docs/vllm-semantics.md §4)."""
     serve = entrypoint == "serve"
     if device == "cpu" and sem.version >= (0, 9):
@@ -135,6 +135,15 @@ def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
         return 0, 256  # V0: max(max_model_len, 2048) tokens, resolved by the caller
     mem = gpu.memory_bytes
     name = gpu.name.lower()
+    if sem.version < (0, 8, 5):
+        # 0.7.x-0.8.4 `_set_default_args_v1` picks the tier by the device NAME, not its memory:
+        # "h100"/"h200" in get_device_name() get 8192 (API) / 16384 (LLM), everything else 2048 / 8192;
+        # max_num_seqs is 1024 on every GPU until 0.8.3 (0.7.3 EngineArgs.__post_init__, 0.8.2
+        # arg_utils.py L1815), 0.8.4 gives 256 to the non-Hopper names (arg_utils.py L1669-1682).
+        hopper_name = "h100" in name or "h200" in name
+        tokens = (8192 if serve else 16384) if hopper_name else (2048 if serve else 8192)
+        seqs = 1024 if (hopper_name or sem.version < (0, 8, 4)) else 256
+        return tokens, seqs
     if mem >= 160 * GIB and sem.version >= (0, 28):
         return 16384, 1024
     big = mem >= 70 * GIB
