@@ -54,6 +54,28 @@ class NotExpressible(Exception):
     pass
 
 
+#: A case's source documents a warm prefix cache when its notes say the runs re-sent the same
+#: seed's random prompts to one server; the earlier run is the series' previous case with the same
+#: server log (the README lists the runs in the order they ran).
+WARM_EVIDENCE = re.compile(r"repeated runs reuse identical random prompts")
+
+
+def earlier_run(case: dict, cases: list[dict]) -> dict | None:
+    """The run that the same server served just before ``case``, when the case data documents it."""
+    if not WARM_EVIDENCE.search(case.get("notes") or ""):
+        return None
+    log = (case.get("source") or {}).get("server_log")
+    series = re.match(r"(.*-t\d+-)\d+", case["id"])
+    if not log or not series:
+        return None
+    idx = next(i for i, c in enumerate(cases) if c["id"] == case["id"])
+    prev = cases[idx - 1] if idx else None
+    if (prev is None or not prev["id"].startswith(series.group(1))
+            or (prev.get("source") or {}).get("server_log") != log):
+        return None
+    return prev
+
+
 def kvplan_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("kvplan")
     if exe.exists():
@@ -91,8 +113,9 @@ def _version_tuple(v) -> tuple:
     return (int(m.group(1)), int(m.group(2))) if m else ()
 
 
-def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
-    """The `kvplan simulate` argv for a case, and what had to be approximated."""
+def translate(case: dict, flags: set[str], prev: dict | None = None) -> tuple[list[str], list[str]]:
+    """The `kvplan simulate` argv for a case, and what had to be approximated. ``prev``: the run
+    the same server served just before (documented in the case data): its prompts are warm."""
     if case.get("completeness") != "full":
         raise NotExpressible(f"partial case: {case.get('partial_reason') or 'incomplete configuration'}")
     notes: list[str] = []
@@ -157,6 +180,12 @@ def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
         if conc:
             argv += ["--max-concurrency", str(conc)]
         argv.append("--ignore-eos")
+        if prev is not None and not ratio:
+            pn = int(_num(prev["benchmark"].get("num_prompts"), "number of prompts"))
+            pl = int(_num(prev["benchmark"].get("input_len"), "input length"))
+            argv += ["--warm-prompts", str(pn)] + (["--warm-prompt-len", str(pl)] if pl != ilen else [])
+            notes.append(f"documented warm prefix cache: the server served {prev['id']} just before "
+                         f"({pn} prompts of {pl} tokens, same seed)")
     else:
         if conc and conc < n:
             raise NotExpressible("--max-concurrency (closed loop) needs vLLM-bench traffic flags")
@@ -278,6 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--show-argv", action="store_true")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--no-validation", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="simulate every case with a cold prefix cache (ignore documented earlier runs)")
     ap.add_argument("--write-validation", action="store_true",
                     help="rewrite src/kvplan/sim/validation.py with the per-GPU errors (the clock every result quotes)")
     args = ap.parse_args(argv)
@@ -289,8 +320,9 @@ def main(argv=None) -> int:
     for case in cases:
         if args.only and args.only not in case["id"]:
             continue
+        prev = earlier_run(case, cases) if not args.cold else None
         try:
-            sim_argv, notes = translate(case, flags)
+            sim_argv, notes = translate(case, flags, prev)
         except NotExpressible as exc:
             skipped.append((case["id"], str(exc)))
             continue
@@ -303,11 +335,12 @@ def main(argv=None) -> int:
         pred = predicted(d, meas)
         err = {m: (pred[m] / meas[m][1] - 1.0) for m in pred if pred[m] and meas[m][1]}
         held = not case["id"].startswith(FIT_SERIES)
-        row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "argv": sim_argv, "notes": notes,
+        row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "warm": "--warm-prompts" in sim_argv,
+               "argv": sim_argv, "notes": notes,
                "measured": {m: v[1] for m, v in meas.items()}, "stat": {m: v[0] for m, v in meas.items()},
                "predicted": pred, "err": err, "clock": d.get("profile", {}).get("clock", {}).get("kernel_tables")}
         rows.append(row)
-        line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'} "
+        line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'}{'W' if row['warm'] else ' '} "
                 + "  ".join(f"{m[:6]} {pred.get(m) or 0:9.3f}/{meas[m][1]:9.3f} {fmt_pct(err.get(m))}"
                             for m in ("output_throughput", "ttft", "tpot") if m in meas))
         print(line, flush=True)
@@ -315,7 +348,10 @@ def main(argv=None) -> int:
             print("    kvplan " + " ".join(sim_argv) + (f"   # {'; '.join(notes)}" if notes else ""))
     result = {"dev": summarize(rows, "DEV SET (every expressible case)"),
               "fit_half": summarize([r for r in rows if not r["held_out"]], "FIT HALF (constants fitted here)"),
-              "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)")}
+              "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)"),
+              "cold": summarize([r for r in rows if not r["warm"]], "COLD CASES (no earlier run documented)"),
+              "warm": summarize([r for r in rows if r["warm"]],
+                                "DOCUMENTED-WARM CASES (--warm-prompts: the series' previous run on the same server)")}
     reasons: dict[str, int] = {}
     for _, why in skipped:
         key = re.sub(r"\d+(\.\d+)?", "N", why)[:110]
