@@ -55,33 +55,28 @@ class NotExpressible(Exception):
 
 
 #: A case's source documents a warm prefix cache when its notes say the runs re-sent the same
-#: seed's random prompts to one server; the earlier run is the series' previous case with the same
-#: server log (the README lists the runs in the order they ran).
+#: seed's random prompts to one server, and the source's quoted server log names the server
+#: (APIServer pid) and the time of each run (benchmarks/data/dennislee_servers.json, distilled
+#: from the README by benchmarks/dennislee_servers.py): the earlier run is the latest run before
+#: this one on the same server the same day. The README's order is not the order the runs ran.
 WARM_EVIDENCE = re.compile(r"repeated runs reuse identical random prompts")
+SERVER_RUNS = HERE / "data" / "dennislee_servers.json"
 
 
 def earlier_run(case: dict, cases: list[dict]) -> dict | None:
-    """The run that the same server served just before ``case``, when the case data documents it."""
-    if not WARM_EVIDENCE.search(case.get("notes") or ""):
+    """The run that the same server served just before ``case``, when the source documents it."""
+    if not WARM_EVIDENCE.search(case.get("notes") or "") or not SERVER_RUNS.exists():
         return None
-    log = (case.get("source") or {}).get("server_log")
-    series = re.match(r"(.*-t\d+-)\d+", case["id"])
-    if not log or not series:
+    runs = json.loads(SERVER_RUNS.read_text(encoding="utf-8"))
+    me = runs.get(case["id"])
+    if me is None:
         return None
-    idx = next(i for i, c in enumerate(cases) if c["id"] == case["id"])
-    prev = cases[idx - 1] if idx else None
-    if (prev is None or not prev["id"].startswith(series.group(1))
-            or (prev.get("source") or {}).get("server_log") != log):
+    before = [(r["time"], cid) for cid, r in runs.items()
+              if r["server_pid"] == me["server_pid"] and r["day"] == me["day"] and r["time"] < me["time"]]
+    if not before:
         return None
-    return prev
-
-
-def kvplan_cmd() -> list[str]:
-    exe = Path(sys.executable).with_name("kvplan")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("kvplan")
-    return [found] if found else [sys.executable, "-c", "from kvplan.cli.main import main; main()"]
+    prev_id = max(before)[1]
+    return next((c for c in cases if c["id"] == prev_id), None)
 
 
 def _num(text, what: str) -> float:
