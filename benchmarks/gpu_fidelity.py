@@ -79,6 +79,14 @@ def earlier_run(case: dict, cases: list[dict]) -> dict | None:
     return next((c for c in cases if c["id"] == prev_id), None)
 
 
+def kvplan_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("kvplan")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("kvplan")
+    return [found] if found else [sys.executable, "-c", "from kvplan.cli.main import main; main()"]
+
+
 def _num(text, what: str) -> float:
     if isinstance(text, (int, float)):
         return float(text)
