@@ -71,8 +71,10 @@ def earlier_run(case: dict, cases: list[dict]) -> dict | None:
     me = runs.get(case["id"])
     if me is None:
         return None
-    before = [(r["time"], cid) for cid, r in runs.items()
-              if r["server_pid"] == me["server_pid"] and r["day"] == me["day"] and r["time"] < me["time"]]
+    # pids repeat across containers: the same server is also the same test (series) of the source
+    series = re.match(r"(.*-t\d+-)", case["id"]).group(1)
+    before = [(r["time"], cid) for cid, r in runs.items() if cid.startswith(series)
+              and r["server_pid"] == me["server_pid"] and r["day"] == me["day"] and r["time"] < me["time"]]
     if not before:
         return None
     prev_id = max(before)[1]

@@ -159,6 +159,18 @@ def test_warm_prompts_beyond_the_pool_keep_the_newest():
     assert e.pool.check() is None
 
 
+def test_warm_prompts_of_a_longer_earlier_run_evict_this_runs():
+    # the earlier run sent 10 prompts (6 blocks each); a 20-block pool kept its last three (7, 8, 9)
+    # and the test request: this run's prompts 1..3 find nothing
+    t = BenchTraffic(num_prompts=4, random_input_len=99, random_output_len=2, warm_prompts=10).validate()
+    tr = bench_trace(t, version=(0, 33), num_special=1, vocab_size=1000)
+    e = Engine(requests=tr.requests, num_gpu_blocks=20, block_size=16, max_num_seqs=1,
+               max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
+               warm_prefixes=tr.warm_prefixes).run()
+    assert [r.hit_tokens for r in e.reqs] == [96, 0, 0, 0]
+    assert e.pool.check() is None
+
+
 def test_warm_prompts_need_the_random_dataset():
     with pytest.raises(UsageError, match="--warm-prompts"):
         BenchTraffic(dataset_name="sharegpt", warm_prompts=3).validate()

@@ -154,6 +154,9 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
         warm = (("bench-prefix", shared, 0),) if shared else ()
         # the earlier run's prompts, oldest first (evicted first), then the test request (sent last)
         warm += tuple((r.prefix_id, r.prefix_tokens, shared) for r in reqs[1:t.warm_prompts])
+        # an earlier run with more prompts: its later prompts were sent after these (newer in the LRU)
+        tail = (t.warm_prompt_len or t.random_input_len) + num_special
+        warm += tuple((f"bench-prompt-{i}", tail, shared) for i in range(max(len(reqs), 1), t.warm_prompts))
         if warm_up:
             warm += (("bench-warm-up", reqs[0].prompt_tokens, shared),)
     bench = {"request_rate": "inf" if math.isinf(t.request_rate) else t.request_rate, "burstiness": t.burstiness,
