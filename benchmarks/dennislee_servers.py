@@ -7,8 +7,8 @@ run's prompts are in the prefix cache (benchmark_serving's default seed 0 re-sen
     git clone https://github.com/dennislee22/vLLM-benchmarking   # commit b474d1e (the dev set's)
     python benchmarks/dennislee_servers.py vLLM-benchmarking/README.md > benchmarks/data/dennislee_servers.json
 
-The README is the dev set's cited source; only these facts (pid, log time, logged hit rate,
-README line) are kept.
+The README is the dev set's cited source (the repository names no licence); only these facts
+(pid, log time, logged hit rate, README line) are kept, and only the benchmarks read them.
 """
 from __future__ import annotations
 
