@@ -54,6 +54,33 @@ class NotExpressible(Exception):
     pass
 
 
+#: A case's source documents a warm prefix cache when its notes say the runs re-sent the same
+#: seed's random prompts to one server, and the source's quoted server log names the server
+#: (APIServer pid) and the time of each run (benchmarks/data/dennislee_servers.json, distilled
+#: from the README by benchmarks/dennislee_servers.py): the earlier run is the latest run before
+#: this one on the same server the same day. The README's order is not the order the runs ran.
+WARM_EVIDENCE = re.compile(r"repeated runs reuse identical random prompts")
+SERVER_RUNS = HERE / "data" / "dennislee_servers.json"
+
+
+def earlier_run(case: dict, cases: list[dict]) -> dict | None:
+    """The run that the same server served just before ``case``, when the source documents it."""
+    if not WARM_EVIDENCE.search(case.get("notes") or "") or not SERVER_RUNS.exists():
+        return None
+    runs = json.loads(SERVER_RUNS.read_text(encoding="utf-8"))
+    me = runs.get(case["id"])
+    if me is None:
+        return None
+    # pids repeat across containers: the same server is also the same test (series) of the source
+    series = re.match(r"(.*-t\d+-)", case["id"]).group(1)
+    before = [(r["time"], cid) for cid, r in runs.items() if cid.startswith(series)
+              and r["server_pid"] == me["server_pid"] and r["day"] == me["day"] and r["time"] < me["time"]]
+    if not before:
+        return None
+    prev_id = max(before)[1]
+    return next((c for c in cases if c["id"] == prev_id), None)
+
+
 def kvplan_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("kvplan")
     if exe.exists():
@@ -91,8 +118,9 @@ def _version_tuple(v) -> tuple:
     return (int(m.group(1)), int(m.group(2))) if m else ()
 
 
-def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
-    """The `kvplan simulate` argv for a case, and what had to be approximated."""
+def translate(case: dict, flags: set[str], prev: dict | None = None) -> tuple[list[str], list[str]]:
+    """The `kvplan simulate` argv for a case, and what had to be approximated. ``prev``: the run
+    the same server served just before (documented in the case data): its prompts are warm."""
     if case.get("completeness") != "full":
         raise NotExpressible(f"partial case: {case.get('partial_reason') or 'incomplete configuration'}")
     notes: list[str] = []
@@ -157,6 +185,12 @@ def translate(case: dict, flags: set[str]) -> tuple[list[str], list[str]]:
         if conc:
             argv += ["--max-concurrency", str(conc)]
         argv.append("--ignore-eos")
+        if prev is not None and not ratio:
+            pn = int(_num(prev["benchmark"].get("num_prompts"), "number of prompts"))
+            pl = int(_num(prev["benchmark"].get("input_len"), "input length"))
+            argv += ["--warm-prompts", str(pn)] + (["--warm-prompt-len", str(pl)] if pl != ilen else [])
+            notes.append(f"documented warm prefix cache: the server served {prev['id']} just before "
+                         f"({pn} prompts of {pl} tokens, same seed)")
     else:
         if conc and conc < n:
             raise NotExpressible("--max-concurrency (closed loop) needs vLLM-bench traffic flags")
@@ -278,6 +312,8 @@ def main(argv=None) -> int:
     ap.add_argument("--show-argv", action="store_true")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--no-validation", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="simulate every case with a cold prefix cache (ignore documented earlier runs)")
     ap.add_argument("--write-validation", action="store_true",
                     help="rewrite src/kvplan/sim/validation.py with the per-GPU errors (the clock every result quotes)")
     args = ap.parse_args(argv)
@@ -289,8 +325,9 @@ def main(argv=None) -> int:
     for case in cases:
         if args.only and args.only not in case["id"]:
             continue
+        prev = earlier_run(case, cases) if not args.cold else None
         try:
-            sim_argv, notes = translate(case, flags)
+            sim_argv, notes = translate(case, flags, prev)
         except NotExpressible as exc:
             skipped.append((case["id"], str(exc)))
             continue
@@ -303,11 +340,12 @@ def main(argv=None) -> int:
         pred = predicted(d, meas)
         err = {m: (pred[m] / meas[m][1] - 1.0) for m in pred if pred[m] and meas[m][1]}
         held = not case["id"].startswith(FIT_SERIES)
-        row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "argv": sim_argv, "notes": notes,
+        row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "warm": "--warm-prompts" in sim_argv,
+               "argv": sim_argv, "notes": notes,
                "measured": {m: v[1] for m, v in meas.items()}, "stat": {m: v[0] for m, v in meas.items()},
                "predicted": pred, "err": err, "clock": d.get("profile", {}).get("clock", {}).get("kernel_tables")}
         rows.append(row)
-        line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'} "
+        line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'}{'W' if row['warm'] else ' '} "
                 + "  ".join(f"{m[:6]} {pred.get(m) or 0:9.3f}/{meas[m][1]:9.3f} {fmt_pct(err.get(m))}"
                             for m in ("output_throughput", "ttft", "tpot") if m in meas))
         print(line, flush=True)
@@ -315,7 +353,10 @@ def main(argv=None) -> int:
             print("    kvplan " + " ".join(sim_argv) + (f"   # {'; '.join(notes)}" if notes else ""))
     result = {"dev": summarize(rows, "DEV SET (every expressible case)"),
               "fit_half": summarize([r for r in rows if not r["held_out"]], "FIT HALF (constants fitted here)"),
-              "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)")}
+              "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)"),
+              "cold": summarize([r for r in rows if not r["warm"]], "COLD CASES (no earlier run documented)"),
+              "warm": summarize([r for r in rows if r["warm"]],
+                                "DOCUMENTED-WARM CASES (--warm-prompts: the series' previous run on the same server)")}
     reasons: dict[str, int] = {}
     for _, why in skipped:
         key = re.sub(r"\d+(\.\d+)?", "N", why)[:110]

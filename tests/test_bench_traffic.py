@@ -133,6 +133,49 @@ def test_server_prompt_adds_the_special_tokens_and_request_0_is_warm():
     assert e.pool.check() is None
 
 
+def test_warm_prompts_an_earlier_run_of_the_same_seed_is_cached():
+    # the server served 3 prompts of 50 tokens before (same seed): request i < 3 finds its first
+    # 50 tokens (3 full blocks) cached; request 0 its whole prompt (the test request); request 3 none
+    t = BenchTraffic(num_prompts=4, random_input_len=100, random_output_len=5, warm_prompts=3,
+                     warm_prompt_len=49).validate()
+    tr = bench_trace(t, version=(0, 33), num_special=1, vocab_size=1000)
+    assert [r.prefix_tokens for r in tr.requests] == [100, 50, 50, 0]
+    e = Engine(requests=tr.requests, num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+               max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
+               warm_prefixes=tr.warm_prefixes).run()
+    assert [r.hit_tokens for r in e.reqs] == [96, 48, 48, 0]
+    assert e.pool.check() is None
+
+
+def test_warm_prompts_beyond_the_pool_keep_the_newest():
+    # 8 warm prompts of 6 blocks in a 20-block pool: LRU kept the last three sent (prompts 6, 7, 0)
+    t = BenchTraffic(num_prompts=8, random_input_len=99, random_output_len=2, warm_prompts=8).validate()
+    tr = bench_trace(t, version=(0, 33), num_special=1, vocab_size=1000)
+    e = Engine(requests=tr.requests, num_gpu_blocks=20, block_size=16, max_num_seqs=1,
+               max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
+               warm_prefixes=tr.warm_prefixes)
+    assert sorted(e.chains) == ["bench-prompt-6", "bench-prompt-7", "bench-warm-up"]
+    e.run()
+    assert e.pool.check() is None
+
+
+def test_warm_prompts_of_a_longer_earlier_run_evict_this_runs():
+    # the earlier run sent 10 prompts (6 blocks each); a 20-block pool kept its last three (7, 8, 9)
+    # and the test request: this run's prompts 1..3 find nothing
+    t = BenchTraffic(num_prompts=4, random_input_len=99, random_output_len=2, warm_prompts=10).validate()
+    tr = bench_trace(t, version=(0, 33), num_special=1, vocab_size=1000)
+    e = Engine(requests=tr.requests, num_gpu_blocks=20, block_size=16, max_num_seqs=1,
+               max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
+               warm_prefixes=tr.warm_prefixes).run()
+    assert [r.hit_tokens for r in e.reqs] == [96, 0, 0, 0]
+    assert e.pool.check() is None
+
+
+def test_warm_prompts_need_the_random_dataset():
+    with pytest.raises(UsageError, match="--warm-prompts"):
+        BenchTraffic(dataset_name="sharegpt", warm_prompts=3).validate()
+
+
 # -- the closed loop -------------------------------------------------------------------------------
 def _run(reqs, n, **kw):
     args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=256, max_num_batched_tokens=2048,

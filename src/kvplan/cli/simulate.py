@@ -65,6 +65,8 @@ def simulate_cmd(
     sharegpt_output_len: tf.SharegptOutputLen = None,
     ignore_eos: tf.IgnoreEos = None,
     num_warmups: tf.NumWarmups = None,
+    warm_prompts: tf.WarmPrompts = None,
+    warm_prompt_len: tf.WarmPromptLen = None,
     from_bench_cmd: tf.FromBenchCmd = None,
     from_serve_cmd: tf.FromServeCmd = None,
     # ... and kvplan's (aliases of vllm bench's when those are used)

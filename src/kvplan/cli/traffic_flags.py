@@ -41,6 +41,12 @@ SharegptOutputLen = Annotated[Optional[int], typer.Option(
 IgnoreEos = Annotated[Optional[bool], typer.Option(
     "--ignore-eos", help="vllm bench: outputs run to max_tokens (random-token prompts do so anyway).")]
 NumWarmups = Annotated[Optional[int], typer.Option("--num-warmups", help="vllm bench: warm-up requests (0).")]
+WarmPrompts = Annotated[Optional[int], typer.Option(
+    "--warm-prompts", help="Scenario: the server already served the first N prompts of this --seed's random "
+    "dataset (an earlier run); they sit in its prefix cache at t=0, as far as the KV pool holds them.")]
+WarmPromptLen = Annotated[Optional[int], typer.Option(
+    "--warm-prompt-len", help="Scenario: the earlier run's --random-input-len (default: this run's); the "
+    "first min(both) tokens of each warm prompt are cached.")]
 FromBenchCmd = Annotated[Optional[str], typer.Option(
     "--from-bench-cmd", help='Paste the run: "vllm bench serve ..." or "python benchmarks/benchmark_serving.py ...".')]
 FromServeCmd = Annotated[Optional[str], typer.Option(
@@ -49,7 +55,7 @@ FromServeCmd = Annotated[Optional[str], typer.Option(
 #: the bench flags' BenchTraffic field names
 BENCH_KEYS = ("request_rate", "burstiness", "max_concurrency", "num_prompts", "dataset_name", "random_input_len",
               "random_output_len", "random_range_ratio", "random_prefix_len", "sharegpt_output_len", "ignore_eos",
-              "num_warmups")
+              "num_warmups", "warm_prompts", "warm_prompt_len")
 
 
 def parse_rate(text: Optional[str], flag: str = "--request-rate") -> Optional[float]:

@@ -261,7 +261,14 @@ class Engine(KVAccounting):
         from .kvpool import Chain
 
         pool, bs = self.pool, self.bs
-        for pid, tokens, root_tokens in warm_prefixes:
+        # more than the pool holds: the oldest were evicted (LRU), keep the newest (the list's tail)
+        need, keep = 0, len(warm_prefixes)
+        while keep:
+            blocks = max(0, int(warm_prefixes[keep - 1][1]) // bs - int(warm_prefixes[keep - 1][2]) // bs)
+            if need + blocks > pool.free:
+                break
+            need, keep = need + blocks, keep - 1
+        for pid, tokens, root_tokens in warm_prefixes[keep:]:
             blocks = int(tokens) // bs - int(root_tokens) // bs
             if blocks <= 0 or pid in self.chains:
                 continue

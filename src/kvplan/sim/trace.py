@@ -146,14 +146,24 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
             kw.update(root_id="bench-prefix", root_tokens=shared)
         if i == 0 and warm_up:
             kw.update(prefix_id="bench-warm-up", prefix_tokens=server)
+        elif i < t.warm_prompts:
+            kw.update(prefix_id=f"bench-prompt-{i}", prefix_tokens=min(server, (t.warm_prompt_len or p) + num_special))
         reqs.append(SimRequest(a, server, o, client_prompt_tokens=p, **kw))
     warm: tuple = ()
-    if warm_up and reqs:
-        warm = ((("bench-prefix", shared, 0),) if shared else ()) + (("bench-warm-up", reqs[0].prompt_tokens, shared),)
+    if reqs and (warm_up or t.warm_prompts):
+        warm = (("bench-prefix", shared, 0),) if shared else ()
+        # the earlier run's prompts, oldest first (evicted first), then the test request (sent last)
+        warm += tuple((r.prefix_id, r.prefix_tokens, shared) for r in reqs[1:t.warm_prompts])
+        # an earlier run with more prompts: its later prompts were sent after these (newer in the LRU)
+        tail = (t.warm_prompt_len or t.random_input_len) + num_special
+        warm += tuple((f"bench-prompt-{i}", tail, shared) for i in range(max(len(reqs), 1), t.warm_prompts))
+        if warm_up:
+            warm += (("bench-warm-up", reqs[0].prompt_tokens, shared),)
     bench = {"request_rate": "inf" if math.isinf(t.request_rate) else t.request_rate, "burstiness": t.burstiness,
              "max_concurrency": t.max_concurrency, "num_prompts": t.num_prompts, "seed": t.seed,
              "dataset_name": t.dataset_name, "ignore_eos": t.ignore_eos, "num_special_tokens": num_special,
-             "sampling": smp.rule, "exact_draws": smp.exact, "warm_up_cached": bool(warm)}
+             "sampling": smp.rule, "exact_draws": smp.exact, "warm_up_cached": bool(warm),
+             "warm_prompts": t.warm_prompts, "warm_prompt_len": t.warm_prompt_len}
     if t.dataset_name == "random":
         bench.update(random_input_len=t.random_input_len, random_output_len=t.random_output_len,
                      random_range_ratio=t.random_range_ratio, random_prefix_len=t.random_prefix_len)

@@ -6,14 +6,14 @@ every simulate/tune result quotes the row of its GPU ("how far to trust this clo
 VALIDATION: dict = {
     "A100-SXM4-80GB": {
         "cases": 59,
-        "output_throughput": 0.0621,
-        "ttft": 0.2768,
-        "tpot": 0.0393,
+        "output_throughput": 0.0489,
+        "ttft": 0.2456,
+        "tpot": 0.0375,
         "held_out": {
             "cases": 18,
-            "output_throughput": 0.076,
-            "ttft": 0.2676,
-            "tpot": 0.0554
+            "output_throughput": 0.082,
+            "ttft": 0.2539,
+            "tpot": 0.0672
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-01"

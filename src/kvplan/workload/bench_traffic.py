@@ -70,6 +70,12 @@ class BenchTraffic:
     sharegpt_output_len: Optional[int] = None
     ignore_eos: bool = False
     num_warmups: int = 0
+    # A scenario, not a bench flag: the server already served the first ``warm_prompts`` prompts of
+    # this seed's random dataset (an earlier run), each ``warm_prompt_len`` tokens long (None: this
+    # run's length). vLLM's random prompt i is ``(offset_i + i + arange(L)) % vocab``, so an earlier
+    # run of any length shares its first min(L, L') tokens; they sit in the prefix cache at t = 0.
+    warm_prompts: int = 0
+    warm_prompt_len: Optional[int] = None
     endpoint: str = "/v1/completions"
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -90,6 +96,11 @@ class BenchTraffic:
         for name in ("random_input_len", "random_output_len", "random_prefix_len"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must not be negative")
+        if self.warm_prompts < 0 or (self.warm_prompt_len is not None and self.warm_prompt_len < 1):
+            raise UsageError("--warm-prompts must not be negative and --warm-prompt-len must be at least 1")
+        if self.warm_prompts and self.dataset_name != "random":
+            raise UsageError("--warm-prompts describes an earlier run of the random dataset (same --seed); "
+                             f"--dataset-name {self.dataset_name} prompts are not modelled as token sequences")
         if self.sharegpt_output_len is not None and self.sharegpt_output_len < 1:
             raise UsageError("--sharegpt-output-len must be at least 1")
         return self
@@ -113,6 +124,9 @@ class BenchTraffic:
                 ds += f", outputs {self.sharegpt_output_len}"
         parts.append(ds)
         parts.append(f"seed {self.seed}")
+        if self.warm_prompts:
+            parts.append(f"prefix cache warm with the first {self.warm_prompts} prompts"
+                         + (f" ({self.warm_prompt_len} tokens)" if self.warm_prompt_len else ""))
         return ", ".join(parts)
 
 
