@@ -26,17 +26,34 @@ def alerts_cmd(
         help="KEY=VALUE,… : kv_cache_usage=0.9, e2e_p99=2s, ttft_p99=1s, waiting=10, preemptions=0, gpu_memory=0.9, "
              "for=5m (how long before firing), window=5m (rate window)."),
     model_name: Optional[List[str]] = typer.Option(None, "--model-name", help="Only these served model names (repeatable)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: the GPU-memory budget the DCGM rules "
+                                               "compare against (default: --plan's, else the version's default)."),
+    plan: Optional[str] = typer.Option(None, "--plan", help="kvplan plan --format json output or a vllm serve --config "
+                                                            "YAML: read gpu_memory_utilization from it."),
+    gpu_memory_rule: str = typer.Option(
+        "budget", "--gpu-memory-rule", help="budget (used above vLLM's budget + gpu_budget_margin; free below "
+                                            "gpu_headroom), plain (used > gpu_memory: fires on any healthy vLLM above "
+                                            "that utilization), both, or none."),
+    gpu_join: str = typer.Option("none", "--gpu-join", help="Which DCGM GPUs the GPU rules watch: none (all), kubernetes "
+                                                            "(GPUs of the vLLM pods, by pod/namespace), host (GPUs on "
+                                                            "the hosts of the vLLM instances)."),
+    gpu_selector: Optional[str] = typer.Option(None, "--gpu-selector", help="Extra DCGM label matchers, e.g. "
+                                                                            "'{Hostname=~\"gpu-.*\"}'."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json (what was written)."),
 ) -> None:
-    """Write Prometheus alerting rules and a Grafana dashboard for a vLLM deployment."""
-    from ..ops import alerts
+    """Write Prometheus alerting rules and a Grafana dashboard for a vLLM deployment
+    (vLLM metrics, and GPU memory from NVIDIA's DCGM exporter against vLLM's budget)."""
+    from ..ops import alerts, dcgm
     from ..ops.thresholds import parse_thresholds
 
     try:
         if fmt not in ("table", "json"):
             raise UsageError(f"--format: expected table or json, got {fmt!r}")
         th = parse_thresholds(thresholds)
-        out = alerts.write(output_dir, th, vllm_version, model_name or ())
+        util, source = dcgm.resolve_utilization(gpu_memory_utilization, plan, vllm_version)
+        gpu = dcgm.GpuRuleOptions(util, source, gpu_memory_rule, gpu_join, dcgm.selector_body(gpu_selector))
+        out = alerts.write(output_dir, th, vllm_version, model_name or (), gpu)
     except UsageError as exc:
         _fail(exc)
     except OSError as exc:
@@ -46,6 +63,9 @@ def alerts_cmd(
         return
     typer.echo(f"wrote {out.rules_path} (Prometheus rules) and {out.dashboard_path} (Grafana dashboard) "
                f"for vLLM {out.names.version} metric names")
+    if out.gpu is not None and out.gpu.mode != "none":
+        typer.echo(f"GPU memory rules ({out.gpu.mode}) on DCGM exporter metrics: vLLM budget "
+                   f"gpu_memory_utilization {out.gpu.utilization:g} ({out.gpu.utilization_source})")
     typer.echo("check the rules with: promtool check rules " + str(out.rules_path))
 
 
