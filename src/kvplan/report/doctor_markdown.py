@@ -26,7 +26,7 @@ def render_markdown(r: DoctorReport) -> str:
         nums = {k: v for k, v in f.to_dict()["numbers"].items() if v is not None}
         if nums:
             out += ["Numbers: " + ", ".join(f"{k} = {_cell(v)}" for k, v in nums.items()), ""]
-        out += ["Evidence:", "", "```text"] + [f"{e.file}:{e.line}: {e.text.strip()[:300]}".replace("```", "'''")
+        out += ["Evidence:", "", "```text"] + [f"{e.where}: {e.text.strip()[:300]}".replace("```", "'''")
                                                for e in f.evidence] + ["```", ""]
         if f.fixes:
             out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]

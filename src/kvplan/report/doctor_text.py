@@ -23,12 +23,17 @@ def render_text(r: DoctorReport) -> str:
         out.append(f"  run {run.file}:{run.first_line}-{run.last_line}: " + ", ".join(b for b in bits if b))
         if run.fix_basis:
             out.append(f"    fixes predicted by: {run.fix_basis}")
+    for h in r.history:
+        out.append(f"  prometheus {h['job']}/{h['instance']} ({', '.join(h['model_names']) or 'no model_name'}) "
+                   f"{h['start']} – {h['end']}: " + _nums(h.get("totals", {})))
+        for note in h.get("notes", []):
+            out.append(f"    note: {note}")
     for f in r.findings:
         out += ["", f"[{f.severity.upper()}] {f.id}: {f.title}"]
         if f.numbers:
             out.append("  numbers: " + _nums(f.to_dict()["numbers"]))
         for e in f.evidence:
-            out.append(f"  {e.file}:{e.line}: {e.text.strip()[:300]}")
+            out.append(f"  {e.where}: {e.text.strip()[:300]}")
         for n, fix in enumerate(f.fixes, 1):
             cost = fix.cost + (f": {fix.price}" if fix.price else "")
             out.append(f"  fix {n} ({cost}; {fix.basis}): {fix.change} → {fix.effect}")
