@@ -47,3 +47,14 @@ def test_quiet_history_has_no_findings():
     flat = [(t0 + i, 0.0) for i in range(10)]
     assert analyse("p", _p(kv=flat, waiting=flat, preemptions=flat, requests=flat, start_time=flat), Thresholds(),
                    1.0, None) == []
+
+
+def test_renamed_metrics_of_older_versions_resolve_through_the_alias_table():
+    from kvplan.ops.prom.history import Deployment, name_regex
+
+    old = Deployment("vllm", "h:8000", ("m",), frozenset({"vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
+                                                          "vllm:time_per_output_token_seconds_bucket"}))
+    names = old.metric_names()
+    assert names["kv_cache_usage"] == "vllm:gpu_cache_usage_perc" and names["itl"] == "vllm:time_per_output_token_seconds"
+    assert names["requests_running"] == "vllm:num_requests_running" and names["e2e"] is None
+    assert "vllm:gpu_cache_usage_perc" in name_regex() and "vllm:time_per_output_token_seconds(_bucket" in name_regex()

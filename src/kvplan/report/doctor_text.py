@@ -10,8 +10,9 @@ def _nums(d: dict) -> str:
 
 
 def render_text(r: DoctorReport) -> str:
-    out = [f"kvplan doctor: {len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
-           f"{len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
+    source = (f"{', '.join(r.files)}, {len(r.history)} deployment(s)" if r.history else
+              f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s)")
+    out = [f"kvplan doctor: {source}, {len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
     for run in r.runs:
         bits = [f"vLLM {run.vllm_version}" if run.vllm_version else "vLLM version ?", run.engine or "",
                 run.model or "", f"max_model_len {run.max_model_len:,}" if run.max_model_len else "",

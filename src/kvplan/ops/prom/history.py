@@ -239,7 +239,9 @@ def gpu_selection(client: PromClient, dep: Deployment, gpu_selector: str, start:
         return GpuSelection(gpu_selector, "--gpu-selector")
     same_host = {s.label("instance") for s in res.series if (s.label("instance") or "").rsplit(":", 1)[0] == dep.host}
     if same_host:
-        return GpuSelection(",".join(["instance=~" + _q("|".join(re.escape(i) for i in sorted(same_host)))]),
+        from ..alerts import regex_escape
+
+        return GpuSelection("instance=~" + _q("|".join(regex_escape(i) for i in sorted(same_host))),
                             f"DCGM exporter on the same host ({dep.host})")
     return GpuSelection("", "none", f"GPU checks skipped: DCGM series exist ({query}) but none on host {dep.host} of "
                                     f"{dep.instance}; pass --gpu-selector '{{...}}' to name the deployment's GPUs")
