@@ -294,7 +294,6 @@ def gpu_readings(client: PromClient, gsel: GpuSelection, at: Optional[float]) ->
     sel = "{" + gsel.matcher + "}" if gsel.matcher else ""
     for name in (dcgm.FB_USED, dcgm.FB_FREE, dcgm.FB_RESERVED, dcgm.GPU_UTIL):
         for s in client.query(f"{name}{sel}", at).series:
-            _, lab = _strip(s.labels)
             key = tuple((k, v) for k, v in s.labels if k != "__name__")
             out.setdefault(key, {})[name] = s.samples[-1]
     readings = []
