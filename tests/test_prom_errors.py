@@ -106,3 +106,12 @@ def test_malformed_answers_name_the_query(fault, msg):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_usage_without_a_source():
+    p = run_cli("doctor")
+    assert p.returncode == 2 and "--prometheus URL" in p.stderr
+    p = run_cli("watch", "http://127.0.0.1:8000", "--prometheus", "http://127.0.0.1:9")
+    assert p.returncode == 2 and "give no server URL" in p.stderr
+    p = run_cli("doctor", "--prometheus", "ftp://x", "--since", "1h")
+    assert p.returncode == 2 and "http(s) URL" in p.stderr

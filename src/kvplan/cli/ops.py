@@ -23,8 +23,9 @@ def alerts_cmd(
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Use this vLLM version's metric names (default 0.33)."),
     thresholds: Optional[str] = typer.Option(
         None, "--thresholds",
-        help="KEY=VALUE,… : kv_cache_usage=0.9, e2e_p99=2s, ttft_p99=1s, waiting=10, preemptions=0, gpu_memory=0.9, "
-             "for=5m (how long before firing), window=5m (rate window)."),
+        help="KEY=VALUE,… : kv_cache_usage=0.9, e2e_p99=2s, ttft_p99=1s, waiting=10, preemptions=0, "
+             "gpu_budget_margin=0.03 and gpu_headroom=0.02 (fractions of the GPU's total), gpu_memory=0.9 (the plain "
+             "rule), for=5m (how long before firing), window=5m (rate window)."),
     model_name: Optional[List[str]] = typer.Option(None, "--model-name", help="Only these served model names (repeatable)."),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: the GPU-memory budget the DCGM rules "
