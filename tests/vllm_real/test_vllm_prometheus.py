@@ -24,6 +24,12 @@ pytestmark = pytest.mark.vllm
 HEALTHY = round(0.92 * 81090) + 400  # MiB: vLLM's budget at 0.92 plus the CUDA context
 
 
+def _unix(iso: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
 def _read(base_url: str) -> M.MetricsSnapshot:
     status, text = get_text(base_url, "/metrics", 10)
     assert status == 200
@@ -105,6 +111,15 @@ def test_watch_and_doctor_read_what_prometheus_scraped(small_kv_server, tmp_path
             assert gpu["numbers"]["growing"] is True and gpu["numbers"]["gpu"].startswith("GPU 0")
             assert gpu["numbers"]["outside_budget_mib_last"] == pytest.approx(HEALTHY + 5000 - 0.92 * 81090, abs=0.1)
             assert not any(f["id"] == "server_restart" for f in rep["findings"])
+            # latency tails, at thresholds the burst is sure to cross; every range inside the asked one
+            p = run_cli("doctor", "--prometheus", prom.url, "--start", f"{t_a - 0.5:.3f}", "--end", f"{end:.3f}",
+                        "--format", "json", "--thresholds", "e2e_p99=1ms,ttft_p99=1ms,kv_cache_usage=0.01", timeout=120)
+            rep = json.loads(p.stdout)
+            tails = {f["numbers"]["metric"] for f in rep["findings"] if f["id"] == "latency_tail"}
+            assert tails == {"e2e_p99", "ttft_p99"}
+            for f in rep["findings"]:
+                for e in f["evidence"]:
+                    assert t_a - 1 <= _unix(e["start"]) <= _unix(e["end"]) <= end + 1
 
             # selection errors: a model Prometheus does not have; DCGM not found for a selector
             p = run_cli("doctor", "--prometheus", prom.url, "--since", "10m", "--model-name", "nope", timeout=60)
