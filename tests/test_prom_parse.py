@@ -27,7 +27,7 @@ envelopes = st.fixed_dictionaries({
     "errorType": st.text(max_size=5), "error": json_values})
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(envelopes, st.sampled_from(["query", "query_range", "series"]))
 def test_any_envelope_parses_or_names_the_query(doc, endpoint):
     try:
