@@ -39,7 +39,7 @@ def test_promtool_accepts_rules(tmp_path, promtool, version, models):
     out = alerts.write(tmp_path, Thresholds(), version, models)
     p = subprocess.run([promtool, "check", "rules", str(out.rules_path)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "SUCCESS: 6 rules found" in p.stdout
+    assert "SUCCESS: 8 rules found" in p.stdout  # 6 vLLM rules + 2 GPU-memory (budget) rules
     # and safe YAML reads back exactly the expressions we generated
     doc = yaml.safe_load(out.rules_path.read_text())
     exprs = [r["expr"] for r in doc["groups"][0]["rules"]]
@@ -132,8 +132,8 @@ def test_rules_stay_quiet_under_threshold_and_absent_fires(tmp_path, promtool):
                 {"eval_time": "15m", "alertname": a, "exp_alerts": []}
                 for a in ("VllmKvCacheNearlyFull", "VllmRequestsWaiting", "VllmPreemptions")
             ] + [{"eval_time": "15m", "alertname": "VllmMetricsAbsent",
-                  "exp_alerts": [{"exp_labels": {"severity": "critical"}, "exp_annotations": {
-                      "summary": "No vLLM metrics for ", "description": alerts.rules(th, out.names)[-1].description}}]}],
+                  "exp_alerts": [{"exp_labels": {"severity": "critical", "model_name": "llama"}, "exp_annotations": {
+                      "summary": "No vLLM metrics for llama", "description": alerts.rules(th, out.names)[-1].description}}]}],
         }],
     }
     path = tmp_path / "tests.yml"

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ..memory.semantics import parse_version
+from . import dcgm
+from .dcgm import GpuRuleOptions
 from .thresholds import Thresholds
 
 RULES_FILE = "kvplan-alerts.yml"
@@ -139,40 +141,109 @@ def rules(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -
         Rule("VllmTtftP99High", f"{q(names.ttft, 0.99)} > {_num(th.ttft_p99)}", f, "warning",
              "TTFT P99 {{ $value | humanizeDuration }} on {{ $labels.model_name }}",
              "Time to first token is high: queueing or long prefills (see queue time)."),
-        # absent_over_time on a gauge every vLLM exports: the server (or its scrape) is gone.
-        Rule("VllmMetricsAbsent", f"absent_over_time({names.requests_running}{{{sel}}}[{w}])", "0s", "critical",
-             "No vLLM metrics for {{ $labels.model_name }}",
+        Rule("VllmMetricsAbsent", absent_expr(names, model_names, w), "0s", "critical",
+             "No vLLM metrics for {{ with $labels.model_name }}{{ . }}{{ else }}any model (none scraped){{ end }}",
              "Prometheus has not seen vLLM's metrics for the window: the server is down or not scraped."),
     ]
+
+
+#: how far back VllmMetricsAbsent (without --model-name) remembers a model that was scraped:
+#: a model gone for longer stops alerting (pass --model-name to alert until it is back)
+ABSENT_LOOKBACK = "24h"
+
+
+def absent_expr(names: MetricNames, model_names: Iterable[str], window: str) -> str:
+    """A gauge every vLLM exports (num_requests_running) missing for ``window``, per model.
+
+    ``absent_over_time(x{model_name=~"a|b"}[w])`` is empty while *any* series matches the regex, so
+    it never fired when one of several models stopped, and a regex matcher gives the alert no
+    model_name label. Named models: one ``absent_over_time`` per model with an equality matcher
+    (which puts ``model_name`` on the alert), joined with ``or``. Any model: a model seen in the
+    last :data:`ABSENT_LOOKBACK` but not in the window, or, with no model at all, a label-less alert.
+    """
+    g = names.requests_running
+    models = [n for n in model_names if n]
+    if models:
+        return " or ".join(f"absent_over_time({g}{{model_name={json.dumps(m)}}}[{window}])" for m in models)
+    sel = model_selector(())
+    gone = (f"(group by (model_name) (present_over_time({g}{{{sel}}}[{ABSENT_LOOKBACK}])) "
+            f"unless group by (model_name) (present_over_time({g}{{{sel}}}[{window}])))")
+    return f"{gone} or (absent_over_time({g}{{{sel}}}[{window}]) unless on () {gone})"
+
+
+def gpu_rules(th: Thresholds, names: MetricNames, model_names: Iterable[str], gpu: Optional[GpuRuleOptions]) -> list[Rule]:
+    """GPU-memory rules on dcgm-exporter's metrics (see kvplan.ops.dcgm for the budget semantics)."""
+    if gpu is None or gpu.mode == "none":
+        return []
+    g = gpu.selector
+    vllm = f"{names.requests_running}{{{model_selector(model_names)}}}"
+    f = _dur(th.for_seconds)
+    u = gpu.utilization
+    out: list[Rule] = []
+    if gpu.mode in ("budget", "both"):
+        over = f"({dcgm.used(g)} - {_num(u)} * {dcgm.total(g)}) > {_num(th.gpu_budget_margin)} * {dcgm.total(g)}"
+        out.append(Rule(
+            "GpuMemoryAboveVllmBudget", dcgm.join(over, gpu.join, vllm), f, "warning",
+            "{{ $value | humanize }} MiB above vLLM's budget (" + f"{u:g}" + " of total) on " + dcgm.GPU_NAME,
+            f"GPU memory in use exceeds vLLM's budget (gpu_memory_utilization {u:g} x total, {gpu.utilization_source}) "
+            f"by more than {th.gpu_budget_margin:.0%} of the total: memory outside vLLM's budget is growing (another "
+            "process on the GPU, a leak, fragmentation, CUDA graphs this vLLM version does not count). The next "
+            "allocation may fail with CUDA out of memory. Check nvidia-smi for other processes."))
+        low = f"{dcgm.free(g)} < {_num(th.gpu_headroom)} * {dcgm.total(g)}"
+        out.append(Rule(
+            "GpuMemoryHeadroomLow", dcgm.join(low, gpu.join, vllm), f, "warning",
+            "only {{ $value | humanize }} MiB free on " + dcgm.GPU_NAME,
+            f"Free GPU memory is below {th.gpu_headroom:.0%} of the total. vLLM's own budget "
+            f"({u:g}) leaves {1 - u:.0%}; less means something outside vLLM holds memory, or the budget leaves too "
+            "little for the CUDA context and other processes."))
+    if gpu.mode in ("plain", "both"):
+        plain = f"{dcgm.used_fraction(g)} > {_num(th.gpu_memory)}"
+        out.append(Rule(
+            "GpuMemoryAboveThreshold", dcgm.join(plain, gpu.join, vllm), f, "warning",
+            "GPU memory {{ $value | humanizePercentage }} used on " + dcgm.GPU_NAME,
+            f"Plain threshold: used / total above {th.gpu_memory:g}. vLLM pre-allocates gpu_memory_utilization "
+            f"({u:g}) of the GPU at start-up and fills it with KV cache, so on a healthy server this fires whenever "
+            f"the utilization is above {th.gpu_memory:g} (vLLM's default 0.92 > 0.9: always), and it cannot tell "
+            "vLLM's cache from memory outside the budget. Prefer GpuMemoryAboveVllmBudget."))
+    return out
 
 
 def _y(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def rules_yaml(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -> str:
+def rules_yaml(th: Thresholds, names: MetricNames, model_names: Iterable[str] = (),
+               gpu: Optional[GpuRuleOptions] = None) -> str:
+    models = list(model_names)
     lines = [
         f"# Generated by kvplan alerts for vLLM {names.version}. Thresholds: "
         + ", ".join(f"{k}={v}" for k, v in th.to_dict().items()),
-        "groups:",
-        f"  - name: {_y('kvplan-vllm')}",
-        "    rules:",
     ]
-    for r in rules(th, names, model_names):
-        lines += [
-            f"      - alert: {_y(r.alert)}",
-            f"        expr: {_y(r.expr)}",
-            f"        for: {_y(r.for_)}",
-            "        labels:",
-            f"          severity: {_y(r.severity)}",
-            "        annotations:",
-            f"          summary: {_y(r.summary)}",
-            f"          description: {_y(r.description)}",
-        ]
+    if gpu is not None and gpu.mode != "none":
+        lines.append(f"# GPU memory ({gpu.mode}): vLLM budget gpu_memory_utilization={gpu.utilization:g} "
+                     f"({gpu.utilization_source}); DCGM join: {gpu.join}")
+    lines.append("groups:")
+    groups = [("kvplan-vllm", rules(th, names, models)), ("kvplan-gpu-memory", gpu_rules(th, names, models, gpu))]
+    for group, group_rules in groups:
+        if not group_rules:
+            continue
+        lines += [f"  - name: {_y(group)}", "    rules:"]
+        for r in group_rules:
+            lines += [
+                f"      - alert: {_y(r.alert)}",
+                f"        expr: {_y(r.expr)}",
+                f"        for: {_y(r.for_)}",
+                "        labels:",
+                f"          severity: {_y(r.severity)}",
+                "        annotations:",
+                f"          summary: {_y(r.summary)}",
+                f"          description: {_y(r.description)}",
+            ]
     return "\n".join(lines) + "\n"
 
 
-def dashboard(th: Thresholds, names: MetricNames, model_names: Iterable[str] = ()) -> dict:
+def dashboard(th: Thresholds, names: MetricNames, model_names: Iterable[str] = (),
+              gpu: Optional[GpuRuleOptions] = None) -> dict:
     """A Grafana dashboard (schema 39) with a ``model_name`` variable; every query names only
     metrics of ``names`` (tests check them against a real /metrics scrape)."""
     sel = 'model_name=~"$model_name"'
@@ -208,6 +279,7 @@ def dashboard(th: Thresholds, names: MetricNames, model_names: Iterable[str] = (
         panels.append(("Prefix-cache hit rate", "percentunit", [(
             f"sum by (model_name) (rate({names.prefix_cache_hits}{{{sel}}}[{w}])) / "
             f"sum by (model_name) (rate({names.prefix_cache_queries}{{{sel}}}[{w}]))", "{{model_name}}")], None))
+    panels += _gpu_panels(th, gpu)
     out_panels = []
     for i, (title, unit, targets, threshold) in enumerate(panels):
         steps = [{"color": "green", "value": None}]
@@ -249,7 +321,23 @@ def dashboard(th: Thresholds, names: MetricNames, model_names: Iterable[str] = (
     }
 
 
+def _gpu_panels(th: Thresholds, gpu: Optional[GpuRuleOptions]) -> list:
+    if gpu is None or gpu.mode == "none":
+        return []
+    g, u = gpu.selector, _num(gpu.utilization)
+    legend = "{{Hostname}}{{hostname}} GPU {{gpu}}"
+    return [
+        (f"GPU memory used vs vLLM budget ({gpu.utilization:g} of total)", "decmbytes", [
+            (dcgm.used(g), "used " + legend),
+            (f"{u} * {dcgm.total(g)}", "budget " + legend)], None),
+        ("GPU memory outside vLLM's budget", "decmbytes", [
+            (f"{dcgm.used(g)} - {u} * {dcgm.total(g)}", legend)], None),
+        ("GPU utilisation", "percent", [(dcgm.gpu_util(g), legend)], None),
+    ]
+
+
 _METRIC = re.compile(r"vllm:[A-Za-z0-9_:]+")
+_DCGM_METRIC = re.compile(r"DCGM_FI_[A-Z0-9_]+")
 
 
 def queried_metrics(dash: dict) -> set[str]:
@@ -263,26 +351,40 @@ def queried_metrics(dash: dict) -> set[str]:
     return found
 
 
+def queried_dcgm_metrics(dash: dict) -> set[str]:
+    return {m for p in dash.get("panels", []) for t in p.get("targets", []) for m in _DCGM_METRIC.findall(t.get("expr", ""))}
+
+
 @dataclass(frozen=True)
 class AlertsOutput:
     rules_path: Path
     dashboard_path: Path
     names: MetricNames
     thresholds: Thresholds
+    gpu: Optional[GpuRuleOptions] = None
+    alerts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"rules": str(self.rules_path), "dashboard": str(self.dashboard_path),
                 "vllm_version": self.names.version, "thresholds": self.thresholds.to_dict(),
-                "metrics": self.names.all()}
+                "metrics": self.names.all(), "alerts": list(self.alerts),
+                "gpu_memory": self.gpu.to_dict() if self.gpu is not None else None,
+                "gpu_metrics": list(dcgm.NAMES) if self.gpu is not None and self.gpu.mode != "none" else []}
 
 
 def write(output_dir: Path, th: Thresholds, vllm_version: Optional[str] = None,
-          model_names: Iterable[str] = ()) -> AlertsOutput:
+          model_names: Iterable[str] = (), gpu: Optional[GpuRuleOptions] = None) -> AlertsOutput:
+    """Write the rules and the dashboard. ``gpu`` None: the GPU rules with vLLM's default budget
+    for the version; pass ``GpuRuleOptions(mode="none")`` to leave them out."""
     names = metric_names(vllm_version)
     models = list(model_names)
+    if gpu is None:
+        util, source = dcgm.resolve_utilization(None, None, vllm_version)
+        gpu = GpuRuleOptions(util, source)
     output_dir.mkdir(parents=True, exist_ok=True)
     rules_path = output_dir / RULES_FILE
     dash_path = output_dir / DASHBOARD_FILE
-    rules_path.write_text(rules_yaml(th, names, models), encoding="utf-8")
-    dash_path.write_text(json.dumps(dashboard(th, names, models), indent=2) + "\n", encoding="utf-8")
-    return AlertsOutput(rules_path, dash_path, names, th)
+    rules_path.write_text(rules_yaml(th, names, models, gpu), encoding="utf-8")
+    dash_path.write_text(json.dumps(dashboard(th, names, models, gpu), indent=2) + "\n", encoding="utf-8")
+    written = tuple(r.alert for r in rules(th, names, models) + gpu_rules(th, names, models, gpu))
+    return AlertsOutput(rules_path, dash_path, names, th, gpu, written)

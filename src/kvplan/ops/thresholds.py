@@ -15,7 +15,11 @@ from ..errors import UsageError
 #: ``count`` a plain number.
 _KINDS = {
     "kv_cache_usage": ("fraction", "KV-cache usage (vllm:kv_cache_usage_perc) above this"),
-    "gpu_memory": ("fraction", "GPU memory used / total above this (NVML; not a vLLM metric)"),
+    "gpu_memory": ("fraction", "GPU memory used / total above this: the plain rule (--gpu-memory-rule plain) and "
+                               "kvplan watch; a healthy vLLM holds gpu_memory_utilization of it from start-up"),
+    "gpu_budget_margin": ("fraction", "GPU memory used above vLLM's budget (gpu_memory_utilization x total) by more "
+                                      "than this fraction of the total"),
+    "gpu_headroom": ("fraction", "free GPU memory below this fraction of the total"),
     "e2e_p99": ("seconds", "end-to-end latency P99 above this"),
     "ttft_p99": ("seconds", "time to first token P99 above this"),
     "waiting": ("count", "requests waiting above this"),
@@ -27,6 +31,10 @@ _KINDS = {
 class Thresholds:
     kv_cache_usage: float = 0.90
     gpu_memory: float = 0.90
+    #: 3 % of the total covers the CUDA context vLLM >= 0.11 does not charge to its budget
+    #: (~0.5 GiB) and small allocator slack; 2.4 GiB on an 80 GB GPU
+    gpu_budget_margin: float = 0.03
+    gpu_headroom: float = 0.02
     e2e_p99: float = 2.0
     ttft_p99: float = 1.0
     waiting: float = 10.0

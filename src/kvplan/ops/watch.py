@@ -60,10 +60,19 @@ class Snapshot:
     gpu: Optional[list] = None
     tripped: tuple[str, ...] = ()
     metric_names: dict = field(default_factory=dict)
+    # counter increases inside the window (rates x window, unrounded): what a direct read compares
+    prompt_tokens_in_window: Optional[float] = None
+    generation_tokens_in_window: Optional[float] = None
+    requests_in_window: Optional[float] = None
+    #: with --prometheus: the scrape target (job, instance, model_names) and the source's notes
+    #: (e.g. "GPU checks skipped: no DCGM exporter series ...")
+    deployment: Optional[dict] = None
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["tripped"] = list(self.tripped)
+        d["notes"] = list(self.notes)
         return d
 
 
@@ -119,6 +128,11 @@ class Watcher:
         except (OSError, ValueError, urllib.error.URLError) as exc:  # refused, timeout, reset, HTTP error
             self.was_down = True
             return self._down(f"{type(exc).__name__}: {exc}"[:300])
+        return self.observe(snap)
+
+    def observe(self, snap: M.MetricsSnapshot) -> Snapshot:
+        """Add one scrape (fetched here, or read back from Prometheus) and return the view."""
+        t = snap.t if snap.t is not None else self.clock()
         if not snap.series:
             self.was_down = True
             return self._down("no vLLM metrics in the /metrics answer")
@@ -142,24 +156,26 @@ class Watcher:
         old = self.scrapes[0] if len(self.scrapes) > 1 else None
         span = (new.t - old.t) if old is not None else None
         rates: dict[str, Optional[float]] = {}
+        deltas: dict[str, Optional[float]] = {}
         for key in ("preemptions", "prompt_tokens", "generation_tokens", "request_success"):
             if old is None or not span:
-                rates[key] = None
+                rates[key] = deltas[key] = None
                 continue
-            d = M.counter_delta(old.get(key), new.get(key))
+            d = deltas[key] = M.counter_delta(old.get(key), new.get(key))
             rates[key] = None if d is None else d / span
         lat: dict[str, Optional[float]] = {}
         for key in ("ttft", "e2e", "queue_time"):
             h = M.histogram_delta(old.get_histogram(key), new.get_histogram(key)) if old is not None else None
             lat[f"{key}_p50"], lat[f"{key}_p99"] = _q(h, 0.5), _q(h, 0.99)
-        pre_window = (rates["preemptions"] * span) if rates["preemptions"] is not None and span else None
+        pre_window = deltas["preemptions"]
         gpu = self.gpu.sample() if self.gpu is not None and self.gpu.active else None
         snap = Snapshot(
             self.url, True, None, self.count, self.restarts, round(span, 3) if span else None,
             new.get("kv_cache_usage"), new.get("requests_running"), new.get("requests_waiting"),
             rates["preemptions"], pre_window, rates["prompt_tokens"], rates["generation_tokens"], rates["request_success"],
             lat["ttft_p50"], lat["ttft_p99"], lat["e2e_p50"], lat["e2e_p99"], lat["queue_time_p50"], lat["queue_time_p99"],
-            _gpu_fraction(gpu), gpu, (), {k: new.resolve(k) for k in ("kv_cache_usage", "ttft", "e2e", "queue_time", "itl")})
+            _gpu_fraction(gpu), gpu, (), {k: new.resolve(k) for k in ("kv_cache_usage", "ttft", "e2e", "queue_time", "itl")},
+            deltas["prompt_tokens"], deltas["generation_tokens"], deltas["request_success"])
         return Snapshot(**{**asdict(snap), "tripped": tuple(tripped(snap, self.th))})
 
 

@@ -8,6 +8,10 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
+def _num(v) -> str:
+    return "" if v is None else f"{v:g}"
+
+
 def render_markdown(r: DoctorReport) -> str:
     out = ["# kvplan doctor", "", f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
            f"{len(r.findings)} finding(s).", ""]
@@ -21,12 +25,22 @@ def render_markdown(r: DoctorReport) -> str:
         out.append("")
         out += [f"- fixes for {_cell(run.file)}:{run.first_line}: {_cell(run.fix_basis)}" for run in r.runs if run.fix_basis]
         out.append("")
+    if r.history:
+        out += ["| deployment | models | range | requests | preemptions | peak KV | notes |",
+                "|---|---|---|---:|---:|---:|---|"]
+        for h in r.history:
+            t = h.get("totals", {})
+            kv = t.get("kv_cache_usage_max")
+            out.append(f"| {_cell(h['job'])}/{_cell(h['instance'])} | {_cell(', '.join(h['model_names']))} | "
+                       f"{h['start']} – {h['end']} | {_num(t.get('requests'))} | {_num(t.get('preemptions'))} | "
+                       f"{'' if kv is None else f'{kv:.1%}'} | {_cell('; '.join(h.get('notes', [])))} |")
+        out.append("")
     for f in r.findings:
         out += [f"## `{f.id}` ({f.severity})", "", _cell(f.title), ""]
         nums = {k: v for k, v in f.to_dict()["numbers"].items() if v is not None}
         if nums:
             out += ["Numbers: " + ", ".join(f"{k} = {_cell(v)}" for k, v in nums.items()), ""]
-        out += ["Evidence:", "", "```text"] + [f"{e.file}:{e.line}: {e.text.strip()[:300]}".replace("```", "'''")
+        out += ["Evidence:", "", "```text"] + [f"{e.where}: {e.text.strip()[:300]}".replace("```", "'''")
                                                for e in f.evidence] + ["```", ""]
         if f.fixes:
             out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]

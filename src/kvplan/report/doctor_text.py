@@ -10,8 +10,9 @@ def _nums(d: dict) -> str:
 
 
 def render_text(r: DoctorReport) -> str:
-    out = [f"kvplan doctor: {len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
-           f"{len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
+    source = (f"{', '.join(r.files)}, {len(r.history)} deployment(s)" if r.history else
+              f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s)")
+    out = [f"kvplan doctor: {source}, {len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
     for run in r.runs:
         bits = [f"vLLM {run.vllm_version}" if run.vllm_version else "vLLM version ?", run.engine or "",
                 run.model or "", f"max_model_len {run.max_model_len:,}" if run.max_model_len else "",
@@ -23,12 +24,17 @@ def render_text(r: DoctorReport) -> str:
         out.append(f"  run {run.file}:{run.first_line}-{run.last_line}: " + ", ".join(b for b in bits if b))
         if run.fix_basis:
             out.append(f"    fixes predicted by: {run.fix_basis}")
+    for h in r.history:
+        out.append(f"  prometheus {h['job']}/{h['instance']} ({', '.join(h['model_names']) or 'no model_name'}) "
+                   f"{h['start']} – {h['end']}: " + _nums(h.get("totals", {})))
+        for note in h.get("notes", []):
+            out.append(f"    note: {note}")
     for f in r.findings:
         out += ["", f"[{f.severity.upper()}] {f.id}: {f.title}"]
         if f.numbers:
             out.append("  numbers: " + _nums(f.to_dict()["numbers"]))
         for e in f.evidence:
-            out.append(f"  {e.file}:{e.line}: {e.text.strip()[:300]}")
+            out.append(f"  {e.where}: {e.text.strip()[:300]}")
         for n, fix in enumerate(f.fixes, 1):
             cost = fix.cost + (f": {fix.price}" if fix.price else "")
             out.append(f"  fix {n} ({cost}; {fix.basis}): {fix.change} → {fix.effect}")

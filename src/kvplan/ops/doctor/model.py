@@ -18,6 +18,11 @@ FINDING_IDS: dict[str, str] = {
     "request_too_long": "requests rejected because prompt + max_tokens exceed max_model_len",
     "tp_not_divisible": "the model's heads (or another dimension) are not divisible by the tensor-parallel size",
     "slow_start": "a slow start-up (weights download/load, torch.compile, CUDA graph capture)",
+    # from a Prometheus server's history (kvplan doctor --prometheus); evidence are time ranges
+    "kv_cache_full_with_waiting": "KV cache near full while requests waited (history)",
+    "latency_tail": "E2E or TTFT P99 above the threshold (history)",
+    "gpu_memory_outside_budget": "GPU memory in use above vLLM's budget (gpu_memory_utilization x total), growing (history)",
+    "server_restart": "the vLLM server restarted (process start time changed or counters reset) (history)",
 }
 
 #: cost order of fixes: a flag that costs nothing first, then a deployment change (no runtime cost),
@@ -28,12 +33,21 @@ COSTS = ("free", "capacity", "operational", "accuracy", "throughput", "hardware"
 
 @dataclass(frozen=True)
 class Evidence:
-    file: str
-    line: int  # 1-based
+    file: str  # a log file, or "prometheus URL job/instance" for history evidence
+    line: int  # 1-based; 0 for history evidence (a time range instead)
     text: str
+    start: Optional[str] = None  # history evidence: the range (ISO 8601, UTC)
+    end: Optional[str] = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else f"{self.file} {self.start} – {self.end}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "text": self.text}
+        d: dict[str, Any] = {"file": self.file, "line": self.line, "text": self.text}
+        if self.start is not None:
+            d.update(start=self.start, end=self.end)
+        return d
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,8 @@ class DoctorReport:
     findings: tuple[Finding, ...]
     collect_next: tuple[str, ...] = ()
     lines_read: int = 0
+    #: kvplan doctor --prometheus: one summary per deployment read (instance, range, totals, notes)
+    history: tuple[dict, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -128,4 +144,5 @@ class DoctorReport:
     def to_dict(self) -> dict[str, Any]:
         return {"files": list(self.files), "lines_read": self.lines_read, "healthy": self.healthy,
                 "runs": [r.to_dict() for r in self.runs], "findings": [f.to_dict() for f in self.findings],
-                "collect_next": list(self.collect_next), "finding_ids": FINDING_IDS}
+                "collect_next": list(self.collect_next), "finding_ids": FINDING_IDS,
+                **({"history": list(self.history)} if self.history else {})}
