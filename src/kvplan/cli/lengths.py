@@ -6,7 +6,6 @@ workload package loads tokenizers/jinja2 only when a prompt is really counted.
 """
 from __future__ import annotations
 
-import json
 import sys
 from enum import Enum
 from pathlib import Path

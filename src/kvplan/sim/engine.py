@@ -32,7 +32,7 @@ import heapq
 from collections import deque
 from typing import Optional, Sequence
 
-from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, KVAccounting, Req  # noqa: F401
+from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, KVAccounting, Req
 from .kvpool import BlockPool
 
 _INF = math.inf
@@ -122,7 +122,7 @@ class Engine(KVAccounting):
 
     def _run(self) -> "Engine":
         reqs, n = self.reqs, len(self.reqs)
-        mml, bs, pool = self.mml, self.bs, self.pool
+        mml, pool = self.mml, self.pool
         nxt = 0
         self._last_start = self._last_end = -1.0
         self.next_sample = self.interval

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import KvplanError, UsageError
-from .engine import DONE, REJECTED, Engine
+from .engine import DONE, Engine
 from .result import SimResult, summarize, summarize_weighted
 from .steptime import StepTimeProfile, default_profile
 from .trace import Trace
