@@ -110,10 +110,8 @@ def lengths_cmd(
         result = lengths_from_flags(dict(locals()))
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     except StrictModeError as exc:
         _fail(f"{exc} (--strict)", 1)
-        return
     render_lengths(result, fmt)
     if plot is not None:
         from ..report.lengths_plot import write_plot
@@ -187,16 +185,13 @@ def trim_cmd(
         out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     except OSError as exc:
         _fail(f"--output {output}: {exc.strerror or exc}", 2)
-        return
     try:
         summary = run_trim(files, tok, budget, out, reserve_output=reserve_output, max_turns=max_turns,
                            keep_system=keep_system, strict=strict)
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     finally:
         if output:
             out.close()

@@ -128,7 +128,6 @@ def plan_cmd(
                 raise UsageError(f"--serve-config {serve_config}: cannot write: {exc}") from None
     except UsageError as exc:
         _fail(exc)
-        return
     _render(result, fmt, compact, traffic)
     if strict and not result.startup.ok:
         raise typer.Exit(1)

@@ -114,7 +114,6 @@ def preflight_cmd(
                            "(labelled in the report); give --tokenizer", err=True)
     except UsageError as exc:
         _fail(exc)
-        return
     from ..preflight.run import run_preflight
 
     progress = (lambda s: typer.echo(f"kvplan preflight: {s}", err=True)) if fmt_value == "table" else None
@@ -122,7 +121,6 @@ def preflight_cmd(
         result = run_preflight(req, opts, tokenizer=tok, progress=progress)
     except UsageError as exc:
         _fail(exc)
-        return
     d = result.to_dict()
     if opts.output_dir is not None:
         from ..report.preflight_files import write_reports

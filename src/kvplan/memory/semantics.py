@@ -158,10 +158,6 @@ class VllmSemantics:
         return 0
 
     @property
-    def charges_preexisting_memory(self) -> bool:
-        return self.charged_preexisting(1, 1) > 0
-
-    @property
     def subtracts_cudagraph_estimate(self) -> bool:
         """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0."""
         return self.version >= (0, 20)

@@ -550,8 +550,6 @@ class Engine(KVAccounting):
                     p.status = DONE
                     done.append(p)
                 else:
-                    if not self.simple:
-                        pass
                     self._add_decoder(p, p.nc)
             else:
                 still.append(p)
