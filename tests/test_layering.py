@@ -1,8 +1,8 @@
 """kvplan's import layering, read from the source (an AST walk, nothing is imported).
 
 The domains flow one way: models and hardware -> memory -> workload -> sim -> bench -> report;
-ops and preflight compose them; cli is the thin top, beside the package's public API
-(kvplan/__init__.py); errors, quantiles, slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
+ops and preflight compose them; cli is the thin top, beside the web front end (ui) and the
+package's public API (kvplan/__init__.py), which may use each other; errors, quantiles, slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
 never a higher one, at module level or inside a function (a lazy import keeps start-up fast but
 is as much a dependency). Imports under ``if TYPE_CHECKING:`` are exempt: they name the data a
 function reads (a renderer's result type) without loading its producer.
@@ -31,6 +31,7 @@ LAYERS = {
     "ops": 8,
     "preflight": 9,
     "cli": 10,
+    "ui": 10,  # the web page: a front end beside cli, answering with the commands' own JSON
     "": 10,  # kvplan/__init__.py: the public API, re-exported from the layers below; cli reads its __version__
 }
 
