@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo test test-fast vllm-env promtool chromium bench clean
+.PHONY: demo lint test test-fast vllm-env promtool chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,12 @@ promtool:
 chromium:
 	bash scripts/chromium-env
 
+# ruff with the [tool.ruff] rules of pyproject.toml (the ones the code's `# noqa` markers name).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+
 # Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
-test: $(STAMP) vllm-env promtool chromium
+test: lint $(STAMP) vllm-env promtool chromium
 	$(PY) -m pytest
 
 # Everything but the tests that need the real vLLM server.

@@ -107,7 +107,7 @@ def _model(name: str) -> tuple[str, list[str]]:
             continue
         try:
             load_model(cand)
-        except Exception:  # noqa: BLE001 - any load failure means: try the next name
+        except Exception:  # noqa: BLE001, S112 - any load failure means: try the next name
             continue
         return cand, ([] if cand == base else [f"model {base} as {cand} (same architecture)"])
     raise NotExpressible(f"model {base} is not in the catalog (no config.json given)")

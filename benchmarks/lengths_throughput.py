@@ -39,7 +39,7 @@ def generate(paths: dict[int, Path], seed: int = 7) -> None:
 
     rng = random.Random(seed)
     sizes = sorted(paths)
-    files = {n: open(paths[n], "w", encoding="utf-8") for n in sizes}
+    files = {n: open(paths[n], "w", encoding="utf-8") for n in sizes}  # noqa: SIM115 - closed in finally
     try:
         for i in range(sizes[-1]):
             zh = rng.random() < 0.45

@@ -63,3 +63,22 @@ def run_plan(cfg_or_spec, gpu="H100", **kw):
 
 
 __all__ = ["GIB", "run_plan", "model"]
+
+
+def kv_groups(block_size: int, *groups: tuple) -> tuple:
+    """KV specs for the simulator's engine from ("full",), ("sliding", window) or ("mamba",): the
+    shape of the KV (heads, bytes) does not matter to the engine, only how a spec counts blocks."""
+    from kvplan.memory.kv_specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+
+    shape = dict(num_kv_heads=1, head_size=1, head_size_v=1, dtype_bytes=1)
+    out = []
+    for kind, *args in groups:
+        if kind == "full":
+            out.append(FullAttentionSpec(block_size, **shape))
+        elif kind == "sliding":
+            out.append(SlidingWindowSpec(block_size, **shape, sliding_window=args[0]))
+        elif kind == "mamba":
+            out.append(MambaSpec(block_size, state_bytes=1))
+        else:
+            raise ValueError(kind)
+    return tuple(out)

@@ -198,7 +198,7 @@ def test_readiness_probe_ignores_an_http_proxy(monkeypatch):
     import threading
 
     class Ok(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"{}")

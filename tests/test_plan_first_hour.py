@@ -268,7 +268,7 @@ def stub_hub():
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        do_HEAD = do_GET = _answer
+        do_HEAD = do_GET = _answer  # noqa: N815 - http.server's names
 
         def log_message(self, *args):
             pass

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from kvplan.sim.engine import DONE, REJECTED, Engine
+from plan_helpers import kv_groups
 from kvplan.sim.steptime import StepTimeProfile
 from kvplan.sim.trace import SimRequest
 
@@ -102,8 +103,8 @@ def test_evicted_prefix_is_recomputed():
 
 
 def test_sliding_window_groups_free_blocks_outside_the_window():
-    full_only = run([SimRequest(0.0, 100, 2000)], groups=(("full", 0, 0), ("full", 0, 0)))
-    hybrid = run([SimRequest(0.0, 100, 2000)], groups=(("full", 0, 0), ("sliding", 128, 10)))
+    full_only = run([SimRequest(0.0, 100, 2000)], groups=kv_groups(16, ("full",), ("full",)))
+    hybrid = run([SimRequest(0.0, 100, 2000)], groups=kv_groups(16, ("full",), ("sliding", 128)))
     assert hybrid.kv_peak < full_only.kv_peak
     # full group: ceil(2099 / 16) = 132 blocks; sliding: the window's 128 tokens span at most 9 blocks
     assert hybrid.kv_peak * 999 <= 132 + 10

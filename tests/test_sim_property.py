@@ -8,6 +8,7 @@ from kvplan.sim.engine import DONE, REJECTED, Engine
 from kvplan.sim.steptime import StepTimeProfile
 from kvplan.sim.trace import SimRequest
 from kvplan.workload.lengthdist import parse_length
+from plan_helpers import kv_groups
 
 PROFILE = StepTimeProfile(overhead_s=0.003, per_seq_s=1e-5, weights_read_s=0.002, per_kv_token_s=1e-7,
                           per_token_s=2e-5, per_attn_pair_s=1e-9)
@@ -24,8 +25,7 @@ configs = st.fixed_dictionaries({
     "async_scheduling": st.booleans(),
     "enable_prefix_caching": st.booleans(),
     "long_prefill_token_threshold": st.sampled_from([0, 64, 256]),
-    "groups": st.sampled_from([(("full", 0, 0),), (("full", 0, 0), ("sliding", 128, 10)),
-                               (("full", 0, 0), ("mamba", 0, 1))]),
+    "groups": st.sampled_from([(("full",),), (("full",), ("sliding", 128)), (("full",), ("mamba",))]),
 })
 
 
@@ -64,7 +64,7 @@ def _build(reqs, cfg):
     per_req = len(cfg["groups"]) * (-(-mml // bs))
     e = _Audited(requests=out, num_gpu_blocks=per_req + 1 + cfg["extra_blocks"], block_size=bs,
                max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_seqs"] + cfg["mnbt_extra"] + 1,
-               max_model_len=mml, profile=PROFILE, groups=cfg["groups"],
+               max_model_len=mml, profile=PROFILE, groups=kv_groups(bs, *cfg["groups"]),
                enable_prefix_caching=cfg["enable_prefix_caching"],
                long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
                async_scheduling=cfg["async_scheduling"], timeline_interval_s=0.05, max_steps=200_000)

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "src/kvplan/workload/examples/customer_service.jsonl.gz"

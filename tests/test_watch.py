@@ -21,12 +21,12 @@ BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
 
 def scrape(prompt: float, gen: float, pre: float, e2e: list[float], waiting: float = 0, kv: float = 0.25) -> str:
     """vLLM-shaped exposition (names and labels as 0.32 exports them)."""
-    out = [f"# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{LAB}}} {kv}",
-           f"# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LAB}}} 3",
-           f"# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{LAB}}} {waiting}",
-           f"# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{{{LAB}}} {pre}",
-           f"# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{LAB}}} {prompt}",
-           f"# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{LAB}}} {gen}",
+    out = ["# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{LAB}}} {kv}",
+           "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LAB}}} 3",
+           "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{LAB}}} {waiting}",
+           "# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{{{LAB}}} {pre}",
+           "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{LAB}}} {prompt}",
+           "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{LAB}}} {gen}",
            "# TYPE vllm:e2e_request_latency_seconds histogram"]
     for le in BUCKETS:
         out.append(f'vllm:e2e_request_latency_seconds_bucket{{{LAB},le="{le}"}} {sum(1 for v in e2e if v <= le)}')
@@ -112,7 +112,7 @@ def test_thresholds_gpu_memory():
 class _Handler(http.server.BaseHTTPRequestHandler):
     bodies: list = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         body = (self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0]).encode()
         self.send_response(200 if self.path == "/metrics" else 404)
         self.send_header("Content-Type", "text/plain")

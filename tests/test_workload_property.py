@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kvplan.workload import ChatTokenizer, LengthsOptions, analyze_lengths, trim_messages
+from kvplan.workload import ChatTokenizer, analyze_lengths, trim_messages
 from kvplan.workload.accumulate import coverage_counts
 from kvplan.workload.issues import RecordError
 from kvplan.workload.shapes import from_csv, from_json

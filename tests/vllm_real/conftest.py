@@ -11,4 +11,4 @@ _REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:  # make `tests.vllm_server` importable in any import mode
     sys.path.insert(0, str(_REPO_ROOT))
 
-from tests.vllm_server.fixtures import *  # noqa: E402,F401,F403
+from tests.vllm_server.fixtures import *  # noqa: E402, F403

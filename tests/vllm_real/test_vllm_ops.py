@@ -92,11 +92,11 @@ def test_doctor_on_real_oversize_request(tiny_llama_server):
     from tests.vllm_server.client import random_prompt_ids
 
     body = {"model": tiny_llama_server.served_model_name, "prompt": random_prompt_ids(3000, 7), "max_tokens": 8}
-    req = urllib.request.Request(tiny_llama_server.base_url.rstrip("/") + "/v1/completions",
+    req = urllib.request.Request(tiny_llama_server.base_url.rstrip("/") + "/v1/completions",  # noqa: S310 - loopback
                                  data=_json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     assert req.full_url.startswith("http://127.0.0.1:")
     with pytest.raises(urllib.error.HTTPError) as exc:
-        urllib.request.urlopen(req, timeout=60)
+        urllib.request.urlopen(req, timeout=60)  # noqa: S310 - loopback server
     assert exc.value.code == 400
     answer = exc.value.read().decode()
     assert "maximum context length is 2048 tokens" in answer

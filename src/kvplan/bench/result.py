@@ -7,7 +7,7 @@ The JSON schema is documented in docs/bench.md (``schema_version`` 1; fields are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from . import stats

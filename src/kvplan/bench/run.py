@@ -52,7 +52,7 @@ class Progress:
 
 def discover(cfg: BenchConfig) -> tuple[str, Optional[str]]:
     """(model name, owner) from ``/v1/models``: the first model listed, unless --model was given."""
-    req = urllib.request.Request(cfg.base_url + "/v1/models")
+    req = urllib.request.Request(cfg.base_url + "/v1/models")  # noqa: S310 - http(s) only (validated)
     if cfg.api_key:
         req.add_header("Authorization", f"Bearer {cfg.api_key}")
     try:
@@ -326,7 +326,7 @@ def _retime(snap, old_t0: float, new_t0: float):
     return replace(snap, t=snap.t + old_t0 - new_t0)
 
 
-class _suppress:
+class _suppress:  # noqa: N801 - used as contextlib.suppress is
     def __enter__(self):
         return self
 

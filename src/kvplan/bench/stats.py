@@ -14,7 +14,7 @@ import math
 import random
 from typing import Optional, Sequence
 
-from ..quantiles import percentile  # noqa: F401  (moved to a neutral module; the simulator uses it too)
+from ..quantiles import percentile
 
 PCTS = (50, 90, 95, 99)
 

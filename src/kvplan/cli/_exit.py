@@ -2,9 +2,11 @@
 1 a failed run). One place, so every command says it the same way."""
 from __future__ import annotations
 
+from typing import NoReturn
+
 import typer
 
 
-def fail(error: object, code: int = 2) -> None:
+def fail(error: object, code: int = 2) -> NoReturn:
     typer.echo(f"kvplan: error: {error}", err=True)
     raise typer.Exit(code)

@@ -93,7 +93,6 @@ def bench_cmd(
             check_records_path(rec_path)
     except UsageError as exc:
         _fail(exc)
-        return
     _run(cfg, output, rec_path, html_path, fmt, progress)
 
 
@@ -111,10 +110,8 @@ def _run(cfg, output, rec_path, html_path, fmt, progress) -> None:
         source, offsets, info = prepare(cfg)
     except UsageError as exc:
         _fail(exc)
-        return
     except ServerUnavailable as exc:
         _fail(exc, code=1)
-        return
     show = progress if progress is not None else sys.stderr.isatty()
     planned = cfg.warmup_s + cfg.duration_s if cfg.duration_s else None
     target = (f"{cfg.rate:g} req/s ({cfg.arrival})" if cfg.mode == "open" else
@@ -127,7 +124,6 @@ def _run(cfg, output, rec_path, html_path, fmt, progress) -> None:
             result, recs = Bench(cfg, source, offsets, info).run()
     except UsageError as exc:  # e.g. a --ray-address that cannot be joined
         _fail(exc)
-        return
     if rec_path:
         write_records(recs, rec_path)
         result = replace(result, records_file=str(rec_path))
@@ -171,7 +167,6 @@ def compare_cmd(
         base, cur = load_result(baseline), load_result(current)
     except UsageError as exc:
         _fail(exc)
-        return
     cmp = compare(base, cur, threshold=threshold, level=confidence).to_dict()
     if fmt == "json":
         sys.stdout.write(dumps(cmp) + "\n")
@@ -195,7 +190,6 @@ def report_cmd(
         d = load_result(result)
     except UsageError as exc:
         _fail(exc)
-        return
     render_summary(d)
     if html_path:
         from ..report.bench_html import render_html

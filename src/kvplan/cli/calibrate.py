@@ -100,7 +100,6 @@ def calibrate_cmd(
                 raise UsageError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     except UsageError as exc:
         _fail(exc)
-        return
     if fmt == "json":
         sys.stdout.write(json.dumps(d, indent=2) + "\n")
         return

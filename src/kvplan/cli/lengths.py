@@ -6,7 +6,6 @@ workload package loads tokenizers/jinja2 only when a prompt is really counted.
 """
 from __future__ import annotations
 
-import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -111,10 +110,8 @@ def lengths_cmd(
         result = lengths_from_flags(dict(locals()))
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     except StrictModeError as exc:
         _fail(f"{exc} (--strict)", 1)
-        return
     render_lengths(result, fmt)
     if plot is not None:
         from ..report.lengths_plot import write_plot
@@ -188,16 +185,13 @@ def trim_cmd(
         out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     except OSError as exc:
         _fail(f"--output {output}: {exc.strerror or exc}", 2)
-        return
     try:
         summary = run_trim(files, tok, budget, out, reserve_output=reserve_output, max_turns=max_turns,
                            keep_system=keep_system, strict=strict)
     except UsageError as exc:
         _fail(str(exc), 2)
-        return
     finally:
         if output:
             out.close()

@@ -65,6 +65,7 @@ class Format(str, Enum):
 
 @app.command("plan")
 def plan_cmd(
+    ctx: typer.Context,
     model: pf.Model = None,
     gpu: pf.Gpu = None,
     gpu_memory: pf.GpuMemory = None,
@@ -104,9 +105,9 @@ def plan_cmd(
 
     Exit codes: 0 the plan was computed (STARTS, or FAILS without --strict); 1 FAILS with
     --strict, or --serve-config on a FAILS verdict with nothing that starts; 2 usage errors."""
-    flags = {k: v for k, v in locals().items() if k not in pf.OUTPUT_OPTIONS}
+    flags = {k: v for k, v in locals().items() if k not in pf.OUTPUT_OPTIONS and k != "ctx"}
     try:
-        result, log = pf.plan_from_flags(**flags)
+        result, log = pf.plan_from_flags(given=pf.given_flags(ctx), **flags)
         traffic = None
         if requests:
             from .lengths import traffic_for_plan
@@ -127,7 +128,6 @@ def plan_cmd(
                 raise UsageError(f"--serve-config {serve_config}: cannot write: {exc}") from None
     except UsageError as exc:
         _fail(exc)
-        return
     _render(result, fmt, compact, traffic)
     if strict and not result.startup.ok:
         raise typer.Exit(1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional, Sequence
+from typing import Annotated, Any, Collection, Mapping, Optional, Sequence
 
 import typer
 
@@ -47,7 +47,7 @@ MaxNumBatchedTokens = Annotated[Optional[str], typer.Option(
     "--max-num-batched-tokens", help="Token budget of one scheduler step (default: vLLM's).")]
 BlockSize = Annotated[Optional[int], typer.Option(
     "--block-size", help="Tokens per KV block (default: the attention backend's, 16 on CUDA, 128 on CPU).")]
-EnforceEager = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (no graph memory).")]
+EnforceEager = Annotated[bool, typer.Option("--enforce-eager/--no-enforce-eager", help="No CUDA graphs (no graph memory).")]
 VllmVersion = Annotated[Optional[str], typer.Option(
     "--vllm-version", help="Follow this vLLM version's rules: 0.6 to 0.33 (default 0.33).")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="v0 or v1 where VLLM_USE_V1 chose (vLLM 0.7-0.10).")]
@@ -95,18 +95,27 @@ def human_int(text: str, what: str, allow_auto: bool = False) -> int:
                          f"{', auto' if allow_auto else ''})") from None
 
 
+def given_flags(ctx: typer.Context) -> frozenset:
+    """The names of the parameters the user gave (on the command line or through the environment),
+    from click's record of where each value came from, never by comparing with the default: an
+    explicit ``-tp 1`` or ``--dtype auto`` is given as much as ``-tp 4``."""
+    return frozenset(name for name in ctx.params
+                     if (source := ctx.get_parameter_source(name)) is not None and source.name != "DEFAULT")
+
+
 def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cuda", tensor_parallel_size=1,
                             pipeline_parallel_size=1, data_parallel_size=1, dtype="auto", quantization=None,
                             kv_cache_dtype="auto", gpu_memory_utilization=None, max_model_len=None,
                             max_num_seqs=None, max_num_batched_tokens=None, block_size=None, enforce_eager=False,
                             vllm_version=None, engine=None, kv_cache_memory=None, kv_cache_memory_bytes=None,
                             num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
-                            log=None):
+                            log=None, given: Collection[str] = frozenset()):
     """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
     strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
 
     ``log`` is a parsed vLLM start-up log (``--from-log``): its model, GPU memory, measured KV
-    memory and serve flags fill in what the flags leave at their defaults."""
+    memory and serve flags fill in every flag not named in ``given`` (the flags the user gave,
+    :func:`given_flags`); a given flag wins over the log even when it equals the default."""
     from ..hardware import custom_gpu, find_gpu, parse_size
     from ..memory import PlanRequest
 
@@ -155,8 +164,8 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     else:
         raise UsageError("give --gpu NAME (see `kvplan gpus`) or --gpu-memory SIZE")
 
-    def pick(name, value, default=None):
-        return value if value is not None and value != default else flags_from_log.get(name, value)
+    def pick(name, value):
+        return value if name in given else flags_from_log.get(name, value)
 
     kv_bytes = None
     source = "kv_cache_memory"
@@ -173,18 +182,18 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         flags_from_log.get("max_num_batched_tokens")
     req = PlanRequest(
         model=spec, gpu=g, device=device,
-        tensor_parallel_size=pick("tensor_parallel_size", tensor_parallel_size, 1),
-        pipeline_parallel_size=pick("pipeline_parallel_size", pipeline_parallel_size, 1),
-        data_parallel_size=pick("data_parallel_size", data_parallel_size, 1),
-        dtype=str(pick("dtype", dtype, "auto")),
+        tensor_parallel_size=pick("tensor_parallel_size", tensor_parallel_size),
+        pipeline_parallel_size=pick("pipeline_parallel_size", pipeline_parallel_size),
+        data_parallel_size=pick("data_parallel_size", data_parallel_size),
+        dtype=str(pick("dtype", dtype)),
         quantization=pick("quantization", quantization),
-        kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype, "auto")),
+        kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype)),
         gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization),
         max_model_len=mml,
         max_num_seqs=pick("max_num_seqs", max_num_seqs),
         max_num_batched_tokens=mnbt,
         block_size=pick("block_size", block_size),
-        enforce_eager=bool(pick("enforce_eager", enforce_eager, False)),
+        enforce_eager=bool(pick("enforce_eager", enforce_eager)),
         vllm_version=vllm_version,
         engine=engine or (log.engine if log is not None else None),
         kv_cache_memory_bytes=kv_bytes,
@@ -220,9 +229,10 @@ def plan_flags_of(values: Mapping[str, Any], *, skip_none: bool = False) -> dict
     return {k: values[k] for k in PLAN_KEYS if k in values and not (skip_none and values[k] is None)}
 
 
-def plan_from_flags(*, from_log: Optional[Path] = None, **flags):
+def plan_from_flags(*, from_log: Optional[Path] = None, given: Optional[Collection[str]] = None, **flags):
     """``kvplan plan``'s result for its flags: (PlanResult, the parsed start-up log or None). With
-    ``from_log`` the plan takes the log's measured values and is compared with what vLLM logged."""
+    ``from_log`` the plan takes the log's measured values and is compared with what vLLM logged;
+    ``given`` names the flags that win over the log (default: every flag passed here)."""
     from ..memory import plan
     from ..memory.compare import compare_with_log
 
@@ -231,7 +241,7 @@ def plan_from_flags(*, from_log: Optional[Path] = None, **flags):
         from ..memory.startup_log import read_startup_log
 
         log = read_startup_log(from_log)
-    req = plan_request_from_flags(log=log, **flags)
+    req = plan_request_from_flags(log=log, given=frozenset(flags) if given is None else given, **flags)
     result = plan(req)
     if log is not None:
         result = compare_with_log(result, req, log)
@@ -258,5 +268,5 @@ def plan_from_args(plan_args: Sequence[str]):
         raise UsageError(f"plan flags: {exc.format_message()}") from None
     # the plan command's output options (format, --requests' traffic, --serve-config) are not the plan
     flags = {k: v for k, v in ctx.params.items() if k not in OUTPUT_OPTIONS}
-    return plan_from_flags(**flags)[0]
+    return plan_from_flags(given=given_flags(ctx), **flags)[0]
 

@@ -21,6 +21,7 @@ from ._exit import fail as _fail
 
 
 def preflight_cmd(
+    ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", help="preflight.yaml or .toml: the same keys as these "
                                           "flags (max_model_len or max-model-len); flags given here override it."),
     # --- the plan (as `kvplan plan`)
@@ -89,12 +90,15 @@ def preflight_cmd(
     strict: Optional[bool] = typer.Option(None, "--strict/--no-strict", help="GO WITH RISKS exits 1 too."),
 ) -> None:
     """Pre-launch checklist: lengths, plan, profile, load test at target QPS x 1.5, baseline, history, alerts."""
-    flags = {k: v for k, v in locals().items() if k not in ("config",)}
-    flags["format"] = flags.pop("fmt")
-    flags["vllm_args"] = flags.pop("vllm_arg") or None
+    flags = {k: v for k, v in locals().items() if k not in ("config", "ctx")}
+    given = set(pf.given_flags(ctx))
+    for flag_name, key in (("fmt", "format"), ("vllm_arg", "vllm_args")):  # the config file's spelling
+        flags[key] = flags.pop(flag_name) or None
+        if flag_name in given:
+            given.add(key)
     flags["log"] = str(log) if log is not None else None
     try:
-        values = _merge(config, flags)
+        values = _merge(config, {k: v for k, v in flags.items() if k in given})
         fmt_value = values.get("format") or "table"
         if fmt_value not in ("table", "json", "markdown"):
             raise UsageError(f"--format must be table, json or markdown, got {fmt_value!r}")
@@ -110,7 +114,6 @@ def preflight_cmd(
                            "(labelled in the report); give --tokenizer", err=True)
     except UsageError as exc:
         _fail(exc)
-        return
     from ..preflight.run import run_preflight
 
     progress = (lambda s: typer.echo(f"kvplan preflight: {s}", err=True)) if fmt_value == "table" else None
@@ -118,7 +121,6 @@ def preflight_cmd(
         result = run_preflight(req, opts, tokenizer=tok, progress=progress)
     except UsageError as exc:
         _fail(exc)
-        return
     d = result.to_dict()
     if opts.output_dir is not None:
         from ..report.preflight_files import write_reports
@@ -146,16 +148,15 @@ def _render(d: dict, fmt: str) -> None:
         render_table(d)
 
 
-def _merge(config: Optional[Path], flags: dict) -> dict:
-    """The config file's values, overridden by every flag given on the command line."""
+def _merge(config: Optional[Path], given_flags: dict) -> dict:
+    """The config file's values, overridden by every flag given on the command line (given: by
+    click's parameter source, so an explicit ``-tp 1`` or ``--no-enforce-eager`` wins over the file)."""
     values: dict = {}
     if config is not None:
         from ..preflight.config import load_config
 
         values = load_config(config)
-    for k, v in flags.items():
-        if v is not None:
-            values[k] = v
+    values.update(given_flags)
     return values
 
 

@@ -97,13 +97,11 @@ def profile_cmd(
                                                  "startup_seconds": round(server.startup_seconds or 0.0, 1)})
     except UsageError as exc:
         _fail(exc)
-        return
     except LaunchFailed as exc:
         typer.echo(f"kvplan: error: vLLM did not start: {exc}", err=True)
         raise typer.Exit(1)
     except ProfileError as exc:
         _fail(exc, 1)
-        return
     except KeyboardInterrupt:
         typer.echo("kvplan: interrupted (any server kvplan started has been stopped)", err=True)
         raise typer.Exit(130)

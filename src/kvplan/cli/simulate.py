@@ -99,10 +99,8 @@ def simulate_cmd(
         raise
     except UsageError as exc:
         _fail(exc)
-        return
     except KvplanError as exc:
         _fail(exc, code=1)
-        return
     _emit(d, fmt, output, html)
     raise typer.Exit(0 if d["verdict"]["passed"] else 1)
 

@@ -77,13 +77,13 @@ def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, der
     mml = model_max_length if model_max_length is not None else "None"
     head = (f"User-specified max_model_len ({user_len}) is greater than the derived max_model_len "
             f"({key}={derived} or model_max_length={mml} in model's config.json).")
-    if sem.version >= (0, 10, 2):
+    if sem.long_max_model_len_error_style == "caution":
         tail = (" To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
                 "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
                 "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
                 "uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
                 "array out-of-bounds error.")
-    elif sem.version >= (0, 6):
+    elif sem.long_max_model_len_error_style == "env":
         tail = (" This may lead to incorrect model outputs or CUDA errors. To allow overriding this maximum, "
                 "set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     else:
@@ -99,7 +99,7 @@ def heads_not_divisible(num_heads: int, tp: int) -> StartupError:
 
 def free_memory_below_requested(sem: VllmSemantics, free: int, total: int, util: float, requested: int,
                                 device: str = "cuda:0") -> StartupError:
-    if sem.version >= (0, 14):
+    if sem.free_memory_error_names_device:
         text = (f"Free memory on device {device} ({sem.gib(free)}/{sem.gib(total)} GiB) on startup is less than "
                 f"desired GPU memory utilization ({util}, {sem.gib(requested)} GiB). Decrease GPU memory "
                 "utilization or reduce GPU memory used by other processes.")

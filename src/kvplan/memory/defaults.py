@@ -118,7 +118,7 @@ def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[
         # From 0.12 every RoPE model carries rope_parameters, and vLLM multiplies the derived
         # length by a float factor (1.0) before printing it: "max_position_embeddings=4096.0".
         rope_model = spec.model_type not in ABSOLUTE_POSITION_MODELS
-        shown: float | int = float(derived) if sem.version >= (0, 12) and rope_model else derived
+        shown: float | int = float(derived) if sem.derived_max_len_printed_as_float and rope_model else derived
         return user_len, max_model_len_above_derived(sem, user_len, key, shown, model_max_length)
     return user_len, None
 
@@ -129,27 +129,27 @@ def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
     by device name before 0.8.5, the A100 exclusion from 0.9, the >= 160 GiB tier from 0.28, GB10 (sm 12.1) excluded in 0.33,
     a CPU branch from 0.9 (docs/vllm-semantics.md §4)."""
     serve = entrypoint == "serve"
-    if device == "cpu" and sem.version >= (0, 9):
+    if device == "cpu" and sem.cpu_scheduler_defaults:
         return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
     if sem.engine == "V0":
         return 0, 256  # V0: max(max_model_len, 2048) tokens, resolved by the caller
     mem = gpu.memory_bytes
     name = gpu.name.lower()
-    if sem.version < (0, 8, 5):
+    if sem.batch_defaults_by_device_name:
         # 0.7.x-0.8.4 `_set_default_args_v1` picks the tier by the device NAME, not its memory:
         # "h100"/"h200" in get_device_name() get 8192 (API) / 16384 (LLM), everything else 2048 / 8192;
         # max_num_seqs is 1024 on every GPU until 0.8.3 (0.7.3 EngineArgs.__post_init__, 0.8.2
         # arg_utils.py L1815), 0.8.4 gives 256 to the non-Hopper names (arg_utils.py L1669-1682).
         hopper_name = "h100" in name or "h200" in name
         tokens = (8192 if serve else 16384) if hopper_name else (2048 if serve else 8192)
-        seqs = 1024 if (hopper_name or sem.version < (0, 8, 4)) else 256
+        seqs = 1024 if (hopper_name or sem.max_num_seqs_1024_on_every_gpu) else 256
         return tokens, seqs
-    if mem >= 160 * GIB and sem.version >= (0, 28):
+    if mem >= 160 * GIB and sem.large_gpu_scheduler_defaults:
         return 16384, 1024
     big = mem >= 70 * GIB
-    if sem.version >= (0, 9) and "a100" in name:
+    if sem.a100_takes_small_gpu_defaults and "a100" in name:
         big = False
-    if sem.version >= (0, 33) and gpu.sm == 121:
+    if sem.sm121_takes_small_gpu_defaults and gpu.sm == 121:
         big = False
     if big:
         return (8192 if serve else 16384), 1024
@@ -164,13 +164,13 @@ def default_block_size(spec: ModelSpec, gpu: Gpu, device: str, sem: VllmSemantic
     (64) on Hopper and CUTLASS MLA (128) on Blackwell. The CPU backend prefers 128 (16 for MLA).
     A GPU of unknown architecture (--gpu-memory) gets the portable Triton backend's 16."""
     if device == "cpu":
-        return 16 if spec.is_mla else (128 if sem.version >= (0, 12) else 16)
+        return 16 if spec.is_mla else sem.cpu_block_size
     if not (spec.is_mla and sem.engine == "V1" and gpu.sm is not None):
         return 16
     if any(getattr(l.mixer, "indexer_bytes_per_token", 0) for l in spec.layers):
         return 64  # DeepSeek-V3.2 (0.11+): the sparse MLA backends (FlashMLA sparse) take 64-token blocks
     major = gpu.sm // 10
-    if sem.version >= (0, 33):
+    if sem.mla_block_size_by_arch_033:
         if major == 10:
             return 32
         if major == 9:

@@ -29,10 +29,6 @@ class KVLayout:
     padding_by_bucket: tuple[tuple[int, int], ...] = ()  # (padding layers, real layers) per bucket
 
     @property
-    def is_hybrid(self) -> bool:
-        return len(self.groups) > 1
-
-    @property
     def block_size(self) -> int:
         """vLLM sets cache_config.block_size to the smallest block size of its groups."""
         return min(g.spec.block_size for g in self.groups)

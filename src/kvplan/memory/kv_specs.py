@@ -1,6 +1,10 @@
 """KV-cache specs per layer type, one small frozen class each, as in vLLM's
 ``vllm/v1/kv_cache_interface.py``: every spec knows its own page size (bytes of one block of one
-layer on one rank) and the most memory one request can need.
+layer on one rank), the most memory one request can need, and (as the spec's manager in
+``vllm/v1/core/single_type_kv_cache_manager.py`` counts them, ``spec_manager_map``, 0.32) the
+blocks a request holds at n tokens and the blocks admitting n tokens takes. The planner, the
+simulator (:mod:`kvplan.sim.engine_kv`) and the traffic fit (:mod:`kvplan.workload.traffic`) all
+ask the spec: adding a layer type is one spec class here, its builder below, and its tests.
 
 kvplan turns each :mod:`kvplan.models` token mixer into one of these with :func:`kv_spec_for`
 (a single-dispatch registry: new layer types register a builder instead of adding branches).
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import singledispatch
-from typing import Optional
+from typing import Callable, Optional
 
 from ..models.spec import (
     ChunkedLocalAttention,
@@ -54,6 +58,24 @@ class KVCacheSpec:
         """KV bytes one token costs in this layer on one rank (None for fixed-size states)."""
         return None
 
+    #: a request holds at most a fixed number of blocks in this group, however long it grows
+    bounded = False
+
+    def blocks_held(self, num_tokens: int, num_processed_tokens: int) -> int:
+        """Blocks a request holds with slots for ``num_tokens`` tokens once the blocks that
+        ``num_processed_tokens`` computed tokens leave behind are freed (``allocate_slots``:
+        ``remove_skipped_blocks`` then ``get_num_blocks_to_allocate``)."""
+        raise NotImplementedError
+
+    def blocks_to_admit(self, num_tokens: int, ctx: SizingContext) -> int:
+        """Blocks a new request needs for a ``num_tokens``-token prompt to be admitted
+        (``get_num_blocks_to_allocate(apply_admission_cap=True)``, nothing cached)."""
+        raise NotImplementedError
+
+    def admission_counter(self, ctx: SizingContext) -> Callable[[int], int]:
+        """:meth:`blocks_to_admit` with the sizing bound, for a loop that asks once per request."""
+        return lambda num_tokens: self.blocks_to_admit(num_tokens, ctx)
+
 
 @dataclass(frozen=True)
 class AttentionSpec(KVCacheSpec):
@@ -75,6 +97,33 @@ class AttentionSpec(KVCacheSpec):
             return self.page_size_padded
         return self.block_size * self.bytes_per_token()
 
+    def skipped_tokens(self, num_processed_tokens: int) -> int:
+        """``get_num_skipped_tokens``: leading tokens no later token attends to (0: none)."""
+        return 0
+
+    def max_admission_blocks_per_request(self, ctx: SizingContext) -> Optional[int]:
+        """The per-request cap of blocks at admission for specs that recycle blocks (sliding
+        window, chunked local); None: no cap (every block is held to the end)."""
+        return None
+
+    def blocks_held(self, num_tokens: int, num_processed_tokens: int) -> int:
+        # SingleTypeKVCacheManager: the skipped blocks become the null block, never more than
+        # the request has
+        slots = cdiv(num_tokens, self.block_size)
+        skipped = self.skipped_tokens(num_processed_tokens) // self.block_size
+        return slots - min(skipped, slots)
+
+    def blocks_to_admit(self, num_tokens: int, ctx: SizingContext) -> int:
+        return self.admission_counter(ctx)(num_tokens)
+
+    def admission_counter(self, ctx: SizingContext) -> Callable[[int], int]:
+        # the blocks of the prompt, capped per request for the specs that recycle blocks
+        bs = self.block_size
+        cap = self.max_admission_blocks_per_request(ctx)
+        if cap is None:
+            return lambda num_tokens: -(-num_tokens // bs)
+        return lambda num_tokens: min(-(-num_tokens // bs), cap)
+
 
 @dataclass(frozen=True)
 class FullAttentionSpec(AttentionSpec):
@@ -82,6 +131,9 @@ class FullAttentionSpec(AttentionSpec):
 
     def max_memory_usage_bytes(self, ctx: SizingContext) -> int:
         return cdiv(ctx.max_model_len, self.block_size) * self.page_size_bytes
+
+    def blocks_held(self, num_tokens: int, num_processed_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)  # FullAttentionManager: nothing is ever skipped
 
 
 @dataclass(frozen=True)
@@ -96,12 +148,31 @@ class SlidingWindowSpec(AttentionSpec):
     sliding_window: int = 0
 
     kind = "sliding"
+    bounded = True
 
-    def max_memory_usage_bytes(self, ctx: SizingContext) -> int:
+    def skipped_tokens(self, num_processed_tokens: int) -> int:
+        # SlidingWindowManager.get_num_skipped_tokens: the next token sees the last window − 1
+        return max(0, num_processed_tokens - self.sliding_window + 1)
+
+    def blocks_held(self, num_tokens: int, num_processed_tokens: int) -> int:
+        # AttentionSpec.blocks_held with skipped_tokens inlined: the simulator's step loop calls
+        # this for every running request of a hybrid model
+        bs = self.block_size
+        slots = -(-num_tokens // bs)
+        skipped = num_processed_tokens - self.sliding_window + 1
+        if skipped < bs:
+            return slots
+        skipped //= bs
+        return slots - skipped if skipped < slots else 0
+
+    def max_admission_blocks_per_request(self, ctx: SizingContext) -> int:
         # vLLM keeps window − 1 tokens plus everything in flight, and one extra block because the
         # window's start need not align with a block boundary.
         tokens = min(self.sliding_window - 1 + ctx.in_flight_tokens, ctx.max_model_len)
-        return (cdiv(tokens, self.block_size) + 1) * self.page_size_bytes
+        return cdiv(tokens, self.block_size) + 1
+
+    def max_memory_usage_bytes(self, ctx: SizingContext) -> int:
+        return self.max_admission_blocks_per_request(ctx) * self.page_size_bytes
 
 
 @dataclass(frozen=True)
@@ -109,10 +180,20 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     attention_chunk_size: int = 0
 
     kind = "chunked"
+    bounded = True
+
+    def skipped_tokens(self, num_processed_tokens: int) -> int:
+        # ChunkedLocalAttentionManager.get_num_skipped_tokens: the chunks before the current one
+        chunk = self.attention_chunk_size
+        return (num_processed_tokens // chunk) * chunk if chunk else 0
+
+    def max_admission_blocks_per_request(self, ctx: SizingContext) -> int:
+        # one chunk plus everything in flight (frees happen on the processed-token basis)
+        tokens = min(self.attention_chunk_size + ctx.in_flight_tokens, ctx.max_model_len)
+        return cdiv(tokens, self.block_size)
 
     def max_memory_usage_bytes(self, ctx: SizingContext) -> int:
-        tokens = min(self.attention_chunk_size + ctx.in_flight_tokens, ctx.max_model_len)
-        return cdiv(tokens, self.block_size) * self.page_size_bytes
+        return self.max_admission_blocks_per_request(ctx) * self.page_size_bytes
 
 
 @dataclass(frozen=True)
@@ -124,6 +205,7 @@ class MambaSpec(KVCacheSpec):
     num_speculative_blocks: int = 0
 
     kind = "mamba"
+    bounded = True
 
     @property
     def page_size_bytes(self) -> int:
@@ -131,6 +213,14 @@ class MambaSpec(KVCacheSpec):
 
     def max_memory_usage_bytes(self, ctx: SizingContext) -> int:
         return self.page_size_bytes * (1 + self.num_speculative_blocks)
+
+    def blocks_held(self, num_tokens: int, num_processed_tokens: int) -> int:
+        # MambaManager (mamba_cache_mode "none"): one state block (+ speculative ones) whatever
+        # the length
+        return 1 + self.num_speculative_blocks
+
+    def blocks_to_admit(self, num_tokens: int, ctx: SizingContext) -> int:
+        return 1 + self.num_speculative_blocks
 
 
 def promote_to_full(spec: KVCacheSpec) -> KVCacheSpec:

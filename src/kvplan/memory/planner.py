@@ -413,7 +413,7 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
         num_gpu_blocks_per_stage=tuple(max(int(a), 0) // b for a, b in zip(available, layout.bytes_per_block)),
     )
     groups = tuple(KVGroupInfo(g.spec.kind, len(g.layers), g.spec.page_size_bytes,
-                               g.spec.blocks_per_request(sizing.ctx)) for g in layout.groups)
+                               g.spec.blocks_per_request(sizing.ctx), g.spec) for g in layout.groups)
     kvinfo = KVInfo(
         bytes_per_token_per_gpu=int(per_gpu_tok), bytes_per_token_total=int(total_tok),
         bytes_per_token_logical=int(logical_tok), block_size=layout.block_size, bytes_per_block=sizing.bpb,

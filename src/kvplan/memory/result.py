@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .kv_specs import KVCacheSpec, SizingContext
+
 SCHEMA_VERSION = 1
 
 
@@ -79,6 +81,8 @@ class KVGroupInfo:
     layers: int
     page_bytes: int
     blocks_per_request: int
+    #: the group's KV spec: how many blocks a request holds and needs (not in the JSON)
+    spec: Optional[KVCacheSpec] = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -206,5 +210,14 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for group in d["kv"]["groups"]:
+            del group["spec"]  # behaviour, not a figure
         d["schema_version"] = SCHEMA_VERSION
         return d
+
+    @property
+    def sizing(self) -> SizingContext:
+        """The scheduler numbers the plan sized each request's blocks with (the KV groups'
+        admission caps: ``KVCacheSpec.blocks_to_admit``)."""
+        f = self.flags
+        return SizingContext(f.max_model_len, f.max_num_batched_tokens, f.in_flight_tokens)

@@ -158,10 +158,6 @@ class VllmSemantics:
         return 0
 
     @property
-    def charges_preexisting_memory(self) -> bool:
-        return self.charged_preexisting(1, 1) > 0
-
-    @property
     def subtracts_cudagraph_estimate(self) -> bool:
         """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0."""
         return self.version >= (0, 20)
@@ -261,6 +257,68 @@ class VllmSemantics:
     def format_gib_style(self) -> str:
         """``format_gib`` (Python round, repr: '20.0', '19.87') from 0.14.0; '%.2f' before."""
         return "round" if self.version >= (0, 14) else "fixed"
+
+    # -- start-up error texts (memory/admission.py) ----------------------------------------------
+    @property
+    def long_max_model_len_error_style(self) -> str:
+        """The tail of the max_model_len > derived error: "caution" (0.10.2+, the position-encoding
+        warning), "env" (0.6+, names VLLM_ALLOW_LONG_MAX_MODEL_LEN), "" before."""
+        if self.version >= (0, 10, 2):
+            return "caution"
+        return "env" if self.version >= (0, 6) else ""
+
+    @property
+    def free_memory_error_names_device(self) -> bool:
+        """0.14+: "Free memory on device cuda:0 (x/y GiB) on startup is less than desired ..."."""
+        return self.version >= (0, 14)
+
+    @property
+    def derived_max_len_printed_as_float(self) -> bool:
+        """0.12+: a RoPE model's derived length is scaled by a float factor before it is printed."""
+        return self.version >= (0, 12)
+
+    # -- scheduler and block-size defaults (memory/defaults.py) ---------------------------------
+    @property
+    def cpu_scheduler_defaults(self) -> bool:
+        """0.9+: the CPU platform has its own max_num_batched_tokens / max_num_seqs defaults."""
+        return self.version >= (0, 9)
+
+    @property
+    def batch_defaults_by_device_name(self) -> bool:
+        """Before 0.8.5 the V1 batch defaults follow the device name ("h100"/"h200"), not its memory
+        (0.7.3, 0.8.2, 0.8.3, 0.8.4 `_set_default_args_v1`)."""
+        return self.version < (0, 8, 5)
+
+    @property
+    def max_num_seqs_1024_on_every_gpu(self) -> bool:
+        """Before 0.8.4 V1 defaults max_num_seqs to 1024 whatever the GPU (0.7.3 __post_init__, 0.8.2
+        and 0.8.3 `_set_default_args_v1`); 0.8.4 gives 256 to names without h100/h200."""
+        return self.version < (0, 8, 4)
+
+    @property
+    def large_gpu_scheduler_defaults(self) -> bool:
+        """0.28+: GPUs of 160 GiB and more default to 16,384 batched tokens and 1,024 sequences."""
+        return self.version >= (0, 28)
+
+    @property
+    def a100_takes_small_gpu_defaults(self) -> bool:
+        """0.9+: an A100 (even 80 GB) gets the smaller GPUs' scheduler defaults."""
+        return self.version >= (0, 9)
+
+    @property
+    def sm121_takes_small_gpu_defaults(self) -> bool:
+        """0.33+: compute capability 12.1 (GB10) gets the smaller GPUs' scheduler defaults."""
+        return self.version >= (0, 33)
+
+    @property
+    def cpu_block_size(self) -> int:
+        """The CPU backend's default block size for non-MLA models: 128 from 0.12, 16 before."""
+        return 128 if self.version >= (0, 12) else 16
+
+    @property
+    def mla_block_size_by_arch_033(self) -> bool:
+        """0.33+: MLA block sizes per architecture (SM 10.x: 32; SM 9.x: 64 for fp8 KV, else 16)."""
+        return self.version >= (0, 33)
 
     def gib(self, nbytes: float) -> str:
         value = nbytes / (1 << 30)

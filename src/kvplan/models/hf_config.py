@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import ConfigFieldError, UsageError
-from .spec import (  # noqa: I001
+from .spec import (
     ChunkedLocalAttention,
     DenseMLP,
     FullAttention,

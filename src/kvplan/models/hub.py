@@ -49,7 +49,7 @@ def fetch_config(model_id: str) -> Optional[Path]:
     try:
         cached = hf_hub_download(model_id, "config.json", local_files_only=True)
         return Path(cached)
-    except Exception:  # not cached yet
+    except Exception:  # noqa: BLE001, S110 - not cached yet
         pass
     if not _reachable(constants.ENDPOINT):
         raise HubError(model_id, f"not in kvplan's catalog, and the Hugging Face hub ({constants.ENDPOINT}) is "

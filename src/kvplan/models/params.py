@@ -32,13 +32,6 @@ from .spec import (
 
 VOCAB_PADDING = 64  # vllm DEFAULT_VOCAB_PADDING_SIZE
 
-DTYPE_BYTES = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
-    "float8": 1, "fp8": 1, "int8": 1, "uint8": 1,
-}
-
-
 @dataclass(frozen=True)
 class Tensor:
     """One weight tensor: its logical size and how vLLM shards it."""

@@ -59,7 +59,7 @@ def simulated_fixes(req, plan_result, trace, sim_dict: dict, slos, profile=None)
             source=f"{trace.source}; one of {replicas} replicas")
         try:
             d = simulate(req_c, tr, plan_result=r, profile=profile).to_dict()
-        except Exception as exc:  # noqa: BLE001 - a fix we cannot predict is not proposed
+        except Exception as exc:  # a fix we cannot predict is not proposed
             if type(exc).__name__ in ("KeyboardInterrupt", "SystemExit"):
                 raise
             continue

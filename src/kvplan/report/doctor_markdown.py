@@ -1,7 +1,10 @@
 """Markdown rendering of ``kvplan doctor`` (for incident notes and PRs)."""
 from __future__ import annotations
 
-from ..ops.doctor.model import DoctorReport
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
+    from ..ops.doctor.model import DoctorReport
 
 
 def _cell(text: object) -> str:

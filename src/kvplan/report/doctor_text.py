@@ -1,7 +1,10 @@
 """Terminal rendering of ``kvplan doctor`` (plain text: readable in CI logs and over ssh)."""
 from __future__ import annotations
 
-from ..ops.doctor.model import DoctorReport
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
+    from ..ops.doctor.model import DoctorReport
 
 
 def _nums(d: dict) -> str:

@@ -60,7 +60,7 @@ def _plotly_chart(h: Histogram, title: str, mark: int | None, include_js: bool) 
     if mark is not None:
         fig.add_vline(x=mark, line_dash="dash", line_color="#c0392b")
     # plotly.js is inlined once per page (the first chart), so the file works offline.
-    return fig.to_html(full_html=False, include_plotlyjs=True if include_js else False)
+    return fig.to_html(full_html=False, include_plotlyjs=bool(include_js))
 
 
 def render_html(r: LengthsResult, use_plotly: bool = True) -> str:

@@ -28,7 +28,7 @@ def render_table(d: dict, console=None) -> None:
         sim = " (sim)" if c.get("simulated") else ""
         why = "" if c["status"] != "skipped" or not c.get("evidence") else c["evidence"][0]
         table.add_row(escape(c["id"] + sim), f"[{_STYLE.get(c['status'], '')}]{escape(c['status'])}[/]",
-                      escape(_val(c.get("measured")) if not why else why), escape(_val(c.get("threshold"))))
+                      escape(why or _val(c.get("measured"))), escape(_val(c.get("threshold"))))
     con.print(table)
     for c in d["checks"]:
         if c["status"] not in ("fail", "warn"):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from ..ops.profile import ProfileResult
+if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
+    from ..ops.profile import ProfileResult
 
 
 def render_json(result: ProfileResult) -> str:

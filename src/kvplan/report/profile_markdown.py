@@ -1,7 +1,10 @@
 """Markdown rendering of ``kvplan profile`` (for a PR, an incident note or a release checklist)."""
 from __future__ import annotations
 
-from ..ops.profile import ProfileResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
+    from ..ops.profile import ProfileResult
 
 
 def _cell(value: object) -> str:

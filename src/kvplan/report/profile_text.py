@@ -1,9 +1,10 @@
 """Terminal rendering of ``kvplan profile``: measured versus planned, one row per check (rich)."""
 from __future__ import annotations
 
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
-from ..ops.profile import ProfileResult
+if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
+    from ..ops.profile import ProfileResult
 
 _STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
 

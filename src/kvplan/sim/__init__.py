@@ -13,7 +13,8 @@ from .steptime import StepShape, StepTimeProfile, default_profile
 from .trace import SimRequest, Trace, synthetic_trace
 
 
-def trace_from_log(*args, **kwargs):  # noqa: D103 - documented in kvplan.sim.logtrace
+def trace_from_log(*args, **kwargs):
+    """:func:`kvplan.sim.logtrace.trace_from_log` (imported on first use: it reads request logs)."""
     from .logtrace import trace_from_log as _impl
 
     return _impl(*args, **kwargs)

@@ -149,7 +149,7 @@ def _iter_records(path: Path) -> Iterable[tuple[int, dict]]:
         yield from enumerate(rows, 1)
         return
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, encoding="utf-8")  # noqa: SIM115 - `with f` below closes it; opening errors are named first
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as exc:

@@ -32,7 +32,7 @@ import heapq
 from collections import deque
 from typing import Optional, Sequence
 
-from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, KVAccounting, Req  # noqa: F401
+from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, KVAccounting, Req
 from .kvpool import BlockPool
 
 _INF = math.inf
@@ -42,7 +42,7 @@ class Engine(KVAccounting):
     """One simulation. ``run()`` fills the per-request fields and the step aggregates."""
 
     def __init__(self, *, requests: Sequence, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
-                 max_num_batched_tokens: int, max_model_len: int, profile, groups: Sequence[tuple] = (("full", 0, 0),),
+                 max_num_batched_tokens: int, max_model_len: int, profile, groups: Sequence = (), sizing=None,
                  enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
                  watermark: float = 0.0, async_scheduling: bool = True, timeline_interval_s: float = 1.0,
                  max_steps: Optional[int] = None, max_concurrency: Optional[int] = None,
@@ -56,11 +56,7 @@ class Engine(KVAccounting):
         self.async_sched = async_scheduling
         self.interval = timeline_interval_s
         self.max_steps = max_steps
-        # KV groups: (kind, window, fixed_blocks). One full-attention group is the fast path.
-        self.groups = tuple(groups)
-        kinds = {g[0] for g in self.groups}
-        self.simple = len(self.groups) == 1 and kinds <= {"full", "mla"}
-        self.n_full = sum(1 for g in self.groups if g[0] in ("full", "mla"))
+        self._init_kv_groups(groups, sizing)  # the plan's KV groups: their specs count the blocks
         self.caching = enable_prefix_caching and self.simple
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.pool = BlockPool(num_gpu_blocks, block_size, self._ext_blocks)
@@ -126,7 +122,7 @@ class Engine(KVAccounting):
 
     def _run(self) -> "Engine":
         reqs, n = self.reqs, len(self.reqs)
-        mml, bs, pool = self.mml, self.bs, self.pool
+        mml, pool = self.mml, self.pool
         nxt = 0
         self._last_start = self._last_end = -1.0
         self.next_sample = self.interval
@@ -561,8 +557,6 @@ class Engine(KVAccounting):
                     p.status = DONE
                     done.append(p)
                 else:
-                    if not self.simple:
-                        pass
                     self._add_decoder(p, p.nc)
             else:
                 still.append(p)

@@ -6,8 +6,9 @@ its hash chains are :mod:`kvplan.sim.kvpool`."""
 from __future__ import annotations
 
 import heapq
-from typing import Optional
+from typing import Optional, Sequence
 
+from ..memory.kv_specs import FullAttentionSpec, SizingContext
 from .kvpool import Chain
 
 WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
@@ -53,8 +54,8 @@ class Req:
 
 
 class KVAccounting:
-    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``bs``, ``groups``,
-    ``G``, ``caching``, ``simple``, ``chains``)."""
+    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``bs``, ``G``,
+    ``caching``, ``chains``; :meth:`_init_kv_groups` sets ``groups`` and ``simple``)."""
 
     # -- lazy views ---------------------------------------------------------------------------
     def _nc(self, r: Req) -> int:
@@ -72,35 +73,37 @@ class KVAccounting:
         return full - r.pv_base
 
     # -- KV accounting --------------------------------------------------------------------------
+    def _init_kv_groups(self, groups: Sequence, sizing: Optional[SizingContext]) -> None:
+        """The plan's KV groups (:class:`kvplan.memory.KVGroupInfo`, or bare KV specs): each
+        group's spec counts its blocks (``spec_manager_map``: one manager per group). Their
+        methods are bound here, once, for the step loop."""
+        specs = tuple(getattr(g, "spec", g) for g in groups)
+        if any(s is None for s in specs):
+            raise ValueError("every KV group needs its KV spec (KVGroupInfo.spec)")
+        if not specs:  # one full-attention group: the shape of the KV does not matter here
+            specs = (FullAttentionSpec(self.bs, num_kv_heads=1, head_size=1, head_size_v=1, dtype_bytes=1),)
+        if sizing is None:  # one batch in flight
+            sizing = SizingContext(self.mml, self.mnbt, self.mnbt)
+        self.groups = specs
+        # One group that holds every token (full attention, MLA) is the fast path: the step loop
+        # counts its blocks inline (cdiv of the tokens) and shares prefix-cache chains.
+        self.simple = len(specs) == 1 and not specs[0].bounded
+        self._held_fns = tuple(s.blocks_held for s in specs)
+        self._admit_fns = tuple(s.admission_counter(sizing) for s in specs)
+
     def _blocks(self, slots: int, processed: int) -> int:
         """Blocks a request holds with ``slots`` token slots, ``processed`` tokens computed
         (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` / ``remove_skipped_blocks``)."""
-        bs = self.bs
         n = 0
-        for kind, window, fixed in self.groups:
-            if kind in ("full", "mla"):
-                n += -(-slots // bs)
-            elif kind == "sliding":
-                skipped = max(0, processed - window + 1) // bs
-                n += -(-slots // bs) - min(skipped, -(-slots // bs))
-            elif kind == "chunked":
-                skipped = (processed // window) * window // bs if window else 0
-                n += -(-slots // bs) - min(skipped, -(-slots // bs))
-            else:  # mamba / unknown: a fixed state per request
-                n += fixed
+        for held in self._held_fns:
+            n += held(slots, processed)
         return n
 
     def _admission_blocks(self, tokens: int) -> int:
         """``get_num_blocks_to_allocate(apply_admission_cap=True)`` for the whole prompt."""
-        bs = self.bs
         n = 0
-        for kind, window, fixed in self.groups:
-            need = -(-tokens // bs)
-            if kind in ("sliding", "chunked") and fixed:
-                need = min(need, fixed)
-            elif kind not in ("full", "mla", "sliding", "chunked"):
-                need = fixed
-            n += need
+        for admit in self._admit_fns:
+            n += admit(tokens)
         return n
 
     # -- requests in and out ----------------------------------------------------------------------

@@ -52,7 +52,7 @@ def _system_prompt(r, counter, memo: dict) -> tuple[Optional[str], int]:
     if key not in memo:
         try:
             n = counter.count_messages([r.messages[0]], add_generation_prompt=False)
-        except Exception:  # a template that refuses a lone system message: share nothing
+        except Exception:  # noqa: BLE001 - a template that refuses a lone system message: share nothing
             n = 0
         memo[key] = max(0, int(n) - SYSTEM_MARGIN_TOKENS)
     return key, memo[key]

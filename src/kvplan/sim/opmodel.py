@@ -20,7 +20,6 @@ lookups and a few multiplications.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -198,7 +197,7 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     ar = K.AllReduce(table["allreduce"], tp, graph=not eager) if tp > 1 else None
     cross_node = tp > max(1, request.gpus_per_node)
     if cross_node:
-        def ar(nbytes: float) -> float:  # noqa: F811 - NCCL ring over the network
+        def ar(nbytes: float) -> float:  # NCCL ring over the network
             return ov.net_allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / (ov.net_bandwidth_gbs * 1e9)
     wo = {k: K.weight_only_ratio(table, k) for k in ("int4", "mxfp4")}
     notes: list[str] = []

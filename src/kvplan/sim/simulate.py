@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import KvplanError, UsageError
-from .engine import DONE, REJECTED, Engine
+from .engine import DONE, Engine
 from .result import SimResult, summarize, summarize_weighted
 from .steptime import StepTimeProfile, default_profile
 from .trace import Trace
@@ -31,26 +31,16 @@ class PlanDoesNotStart(KvplanError):
     """The configuration would not start (vLLM's own error text): nothing to simulate."""
 
 
-def _groups(plan_result, request) -> tuple[tuple[str, int, int], ...]:
-    """(kind, window, fixed blocks) per KV group, from the plan's layout and the model's layers."""
-    windows = {"sliding": 0, "chunked": 0}
-    for layer in getattr(request.model, "layers", ()):
-        mixer = getattr(layer, "mixer", layer)
-        kind = getattr(mixer, "kind", "")
-        if kind == "sliding":
-            windows["sliding"] = max(windows["sliding"], int(getattr(mixer, "window", 0) or 0))
-        elif kind == "chunked":
-            windows["chunked"] = max(windows["chunked"], int(getattr(mixer, "chunk", 0) or 0))
+def _groups(plan_result) -> tuple[tuple[str, int, int], ...]:
+    """(kind, window, fixed blocks) per KV group, as the result's config reports them (the
+    engine counts with the groups' specs themselves)."""
     out = []
     for g in plan_result.kv.groups:
-        if g.kind in ("full", "mla"):
+        if not g.spec.bounded:
             out.append((g.kind, 0, 0))
-        elif g.kind in ("sliding", "chunked"):
-            if not windows[g.kind]:
-                raise UsageError(f"{plan_result.model.id}: a {g.kind} KV group but no layer gives its window")
-            out.append((g.kind, windows[g.kind], g.blocks_per_request))
-        else:
-            out.append((g.kind, 0, g.blocks_per_request))
+        else:  # sliding window, chunked local: the window; a recurrent state: 0
+            window = getattr(g.spec, "sliding_window", 0) or getattr(g.spec, "attention_chunk_size", 0)
+            out.append((g.kind, window, g.blocks_per_request))
     return tuple(out) or (("full", 0, 0),)
 
 
@@ -94,13 +84,13 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         async_scheduling = f.device != "cpu"
     prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling)
     dp = max(1, plan_result.parallel.data_parallel_size)
-    groups = _groups(plan_result, request)
+    groups = _groups(plan_result)
     # closed loop: the engine decides when each request is sent; the API server's serial queue
     # is not applied there (at most max_concurrency requests wait in it)
     handoff = None if getattr(trace, "max_concurrency", None) else _api_handoff(trace.requests, prof)
     engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
                     max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
-                    max_model_len=f.max_model_len, profile=prof, groups=groups,
+                    max_model_len=f.max_model_len, profile=prof, groups=kv.groups, sizing=plan_result.sizing,
                     enable_prefix_caching=enable_prefix_caching,
                     long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                     async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,

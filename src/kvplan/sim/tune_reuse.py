@@ -36,7 +36,7 @@ def family_key(c: "Candidate", profiled: bool) -> Optional[tuple]:
     """Equal for configurations whose simulations differ only in max_num_seqs and KV blocks; None
     when the rule does not apply (a hybrid KV layout)."""
     kv, f, m = c.plan.kv, c.plan.flags, c.plan.memory
-    if len(kv.groups) != 1 or kv.groups[0].kind not in ("full", "mla"):
+    if len(kv.groups) != 1 or kv.groups[0].spec.bounded:  # one group holding every token: the fast path
         return None
     r = c.request
     return (f.gpu, r.tensor_parallel_size, r.pipeline_parallel_size, r.data_parallel_size, f.kv_cache_dtype,

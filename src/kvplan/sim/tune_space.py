@@ -10,7 +10,7 @@ the simulator, and is counted by vLLM's error kind. Combinations that resolve to
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import UsageError
 
@@ -270,7 +270,3 @@ def split_round_robin(trace: "Trace", shares: int) -> list["Trace"]:
         out.append(dc_replace(trace, requests=trace.requests[k::shares],
                               source=f"{trace.source} (replica {k + 1}/{shares}, round-robin)", **kw))
     return out
-
-
-def describe_gpus(cands: Sequence[Candidate]) -> str:
-    return ", ".join(sorted({c.plan.flags.gpu for c in cands}))

@@ -275,7 +275,7 @@ def tokenizer_facts(path: str) -> tuple[int, int]:
         raise UsageError(f"--tokenizer {path}: no tokenizer.json there")
     try:
         tok = Tokenizer.from_file(str(f))
-    except Exception as exc:  # tokenizers raises plain Exceptions
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exceptions
         raise UsageError(f"--tokenizer {f}: cannot read it: {exc}") from None
     plain = len(tok.encode("hello", add_special_tokens=False).ids)
     special = len(tok.encode("hello", add_special_tokens=True).ids) - plain

@@ -146,7 +146,7 @@ def content_format(source: str) -> str:
 
     try:
         ast = compile_template(source).environment.parse(source)
-    except Exception:  # an unparsable template fails later with a clear error
+    except Exception:  # noqa: BLE001 - an unparsable template fails later with a clear error
         return "string"
 
     def is_content(node) -> bool:

@@ -34,10 +34,6 @@ class Hist:
         self.total += n
         self.sum += value * n
 
-    def merge(self, other: "Hist") -> None:
-        for v, n in other.counts.items():
-            self.add(v, n)
-
     def freeze(self) -> "Dist":
         items = sorted(self.counts.items())
         values = tuple(v for v, _ in items)

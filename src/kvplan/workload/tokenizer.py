@@ -53,7 +53,7 @@ class ChatTokenizer:
                              "(or kvplan's `tokenize` extra)") from None
         try:
             tok = Tokenizer.from_file(str(tok_file))
-        except Exception as exc:  # the Rust loader raises plain Exception subclasses
+        except Exception as exc:  # noqa: BLE001 - the Rust loader raises plain Exception subclasses
             raise UsageError(f"{tok_file}: not a tokenizer.json the tokenizers library can read ({exc})") from None
         config = _read_json(folder / "tokenizer_config.json") or {}
         template, template_src = _find_template(folder, config)
@@ -82,7 +82,7 @@ class ChatTokenizer:
             entry = catalog.find(model)
             if entry is not None:
                 hub_id = entry.id
-        except Exception:  # the catalog is optional here: a hub id works without it
+        except Exception:  # noqa: BLE001, S110 - the catalog is optional here: a hub id works without it
             pass
         if "/" not in hub_id:
             return None
@@ -256,7 +256,7 @@ def _from_hub(hub_id: str) -> Optional[Path]:
     for name in _TOKENIZER_FILES:
         try:
             folder = Path(hf_hub_download(hub_id, name, etag_timeout=5)).parent
-        except Exception:  # a missing optional file, a gated repo, or no network: all mean "not here"
+        except Exception:  # noqa: BLE001 - a missing optional file, a gated repo, or no network: all mean "not here"
             if name == "tokenizer.json":
                 return None
     return folder

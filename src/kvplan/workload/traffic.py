@@ -4,8 +4,9 @@ vLLM's capacity line divides the KV blocks by the blocks one ``max_model_len`` r
 take: the worst case. Real requests are shorter. :func:`traffic_fit` divides the same blocks by
 the *mean* blocks per request over the observed length mix, each request counted at its final
 length (prompt + output: the most it holds, just before it finishes), group by group as vLLM
-allocates them: full-attention and MLA groups grow with the length, sliding-window and chunked
-groups stop at their window, recurrent (Mamba) state is one block whatever the length.
+allocates them (each group's KV spec counts: full-attention and MLA groups grow with the length,
+sliding-window and chunked groups hold only the blocks their window still reads, recurrent
+(Mamba) state is one block whatever the length).
 """
 from __future__ import annotations
 
@@ -13,10 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from .stats import Dist, Hist
-
-GROWING_KINDS = ("full", "mla")
-BOUNDED_KINDS = ("sliding", "chunked")
-
 
 @dataclass(frozen=True)
 class TrafficFit:
@@ -51,23 +48,9 @@ class TrafficFit:
 
 
 def _group_block_fns(plan):
-    """One function per KV group: tokens → blocks that group allocates for a request."""
-    L = plan.flags.max_model_len
-    fns = []
-    for g in plan.kv.groups:
-        bpr = g.blocks_per_request
-        # A group's block size can exceed the plan's when page sizes were unified; recover it
-        # from its blocks at max_model_len.
-        bs = plan.kv.block_size
-        if g.kind in GROWING_KINDS and bpr and -(-L // bs) != bpr:
-            bs = max(1, -(-L // bpr))
-        if g.kind in GROWING_KINDS:
-            fns.append(lambda n, bs=bs: -(-n // bs))
-        elif g.kind in BOUNDED_KINDS:
-            fns.append(lambda n, bs=bs, cap=bpr: min(-(-n // bs) + 1, cap))
-        else:  # recurrent state (mamba) and anything unknown: a fixed number of blocks
-            fns.append(lambda n, cap=bpr: cap)
-    return fns
+    """One function per KV group: tokens → blocks a request holds in that group once all its
+    tokens are computed (the group's spec: ``KVCacheSpec.blocks_held``)."""
+    return tuple((lambda n, held=g.spec.blocks_held: held(n, n)) for g in plan.kv.groups)
 
 
 def blocks_for(plan, tokens: int) -> int:
@@ -109,7 +92,7 @@ def traffic_fit(plan, lengths) -> TrafficFit:
     B = plan.kv.block_size
     alloc = final.mean_of(lambda v: -(-v // B) * B) if final.count else 0.0
     waste = (alloc - final.mean) / alloc if alloc else 0.0
-    if any(g.kind not in GROWING_KINDS for g in plan.kv.groups):
+    if any(g.spec.bounded for g in plan.kv.groups):
         notes.append("Hybrid KV layout: sliding-window/recurrent groups hold a bounded number of blocks per request; "
                       "blocks per request are summed over groups as vLLM allocates them.")
     if lengths.estimated:

@@ -5,7 +5,7 @@ Finding ids are stable (scripts match on them); the documented list is :data:`FI
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 FINDING_IDS: dict[str, str] = {

@@ -1,0 +1,158 @@
+"""kvplan's import layering, read from the source (an AST walk, nothing is imported).
+
+The domains flow one way: models and hardware -> memory -> workload -> sim -> bench -> report;
+ops and preflight compose them; cli is the thin top, beside the web front end (ui) and the
+package's public API (kvplan/__init__.py), which may use each other; errors, quantiles, slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
+never a higher one, at module level or inside a function (a lazy import keeps start-up fast but
+is as much a dependency). Imports under ``if TYPE_CHECKING:`` are exempt: they name the data a
+function reads (a renderer's result type) without loading its producer.
+
+No import cycles between modules at module level (TYPE_CHECKING blocks and function-level imports
+excluded: those run after both modules have loaded, so they cannot leave one half-initialised).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "kvplan"
+
+#: lower number = lower layer; an import must go to the same subpackage or a lower number
+LAYERS = {
+    "errors": 0, "quantiles": 0,
+    "slo": 1, "_ray": 1,
+    "models": 2, "hardware": 2,
+    "memory": 3,
+    "workload": 4,
+    "sim": 5,
+    "bench": 6,
+    "report": 7,
+    "ops": 8,
+    "preflight": 9,
+    "cli": 10,
+    "ui": 10,  # the web page: a front end beside cli, answering with the commands' own JSON
+    "": 10,  # kvplan/__init__.py: the public API, re-exported from the layers below; cli reads its __version__
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _targets(node, module: str, is_package: bool) -> list[str]:
+    """The kvplan modules an import statement loads (``from x import name``: x.name when that
+    is a module, else x)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        if node.level:
+            base = base[:len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in MODULES else prefix for a in node.names]
+    return [n for n in dict.fromkeys(names) if n == "kvplan" or n.startswith("kvplan.")]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or \
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def _imports(module: str) -> list[tuple[str, int, str]]:
+    """(imported module, line, "module" | "function") for every import outside TYPE_CHECKING."""
+    path = MODULES[module]
+    out: list[tuple[str, int, str]] = []
+
+    def visit(node, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.orelse:
+                    visit_one(stmt, where)
+                continue
+            visit_one(child, where)
+
+    def visit_one(child, where: str) -> None:
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            out.extend((t, child.lineno, where) for t in _targets(child, module, path.name == "__init__.py"))
+            return
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            where = "function"
+        visit(child, where)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), "module")
+    return out
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_subpackage_has_a_layer():
+    assert {_layer(m) for m in MODULES} <= set(LAYERS), "add the new subpackage to LAYERS"
+
+
+def test_no_layer_imports_a_higher_one():
+    wrong = []
+    for module in MODULES:
+        src = _layer(module)
+        for target, line, where in _imports(module):
+            dst = _layer(target)
+            if dst != src and (LAYERS[dst] > LAYERS[src] or LAYERS[dst] == LAYERS[src] and LAYERS[src] < LAYERS["cli"]):
+                wrong.append(f"{MODULES[module].relative_to(SRC)}:{line}: {src or 'kvplan'} imports "
+                             f"{target} ({dst or 'kvplan'}, not below it; {where} level)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles_at_module_level():
+    graph = {m: sorted({t for t, _, where in _imports(m) if where == "module" and t != m}) for m in MODULES}
+    # Tarjan's strongly connected components
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_walk_sees_what_it_checks():
+    """The checks above are only as good as the walk: it must find the imports it is meant to."""
+    sim = dict((t, where) for t, _, where in _imports("kvplan.sim.simulate"))
+    assert sim.get("kvplan.sim.engine") == "module"
+    assert sim.get("kvplan.memory") == "function"  # plan(): imported lazily
+    cli = {t for t, _, _ in _imports("kvplan.cli.main")}
+    assert "kvplan.cli.plan_flags" in cli and "kvplan.errors" in cli
