@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.hardware import find_gpu
@@ -375,7 +376,7 @@ def test_yaml_config_is_safe_loaded(tmp_path):
 _SIMPLE = {k: v for k, v in KNOWN_KEYS.items() if v in ((str,), (int,), (bool,))}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(sorted(_SIMPLE)), st.none(), min_size=1, max_size=6).flatmap(
     lambda d: st.fixed_dictionaries({k: {(str,): st.text("abcxyz./-_", min_size=1, max_size=12),
                                          (int,): st.integers(1, 10**6), (bool,): st.booleans()}[_SIMPLE[k]]
