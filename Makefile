@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo test test-fast vllm-env promtool chromium bench clean
+.PHONY: demo test test-fast test-explore vllm-env promtool chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +37,20 @@ chromium:
 	bash scripts/chromium-env
 
 # Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
+# The property tests run the derandomized `ci` hypothesis profile (tests/hypothesis_profiles.py): the
+# same examples on every clone.
 test: $(STAMP) vllm-env promtool chromium
-	$(PY) -m pytest
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest
 
 # Everything but the tests that need the real vLLM server.
 test-fast: $(STAMP) promtool chromium
-	KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
+	HYPOTHESIS_PROFILE=ci KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
+
+# Only the property tests, random seeds, EXPLORE_FACTOR (default 10) times each test's CI budget;
+# pin what it finds with @example.
+EXPLORE_FACTOR ?= 10
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore HYPOTHESIS_EXPLORE_FACTOR=$(EXPLORE_FACTOR) $(PY) -m pytest -m "hypothesis and not vllm"
 
 bench: $(STAMP)
 	$(PY) benchmarks/plan_startup.py
