@@ -9,11 +9,16 @@ STAMP := $(VENV)/.kvplan-installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+INSTALL_LOG := $(VENV)/install.log
+
 # Reinstall only when the project's metadata changes (editable install: source edits need no reinstall).
+# pip's output (and the machine's pip configuration's warnings) goes to $(INSTALL_LOG), shown only
+# when the install fails, so that the first screen of `make demo` is kvplan's.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing kvplan[dev] into $(VENV) (pip's log: $(INSTALL_LOG))"
+	@{ $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[dev]'; } >$(INSTALL_LOG) 2>&1 \
+		|| { cat $(INSTALL_LOG); echo "make: pip install failed (log above, kept in $(INSTALL_LOG))" >&2; exit 1; }
+	@touch $(STAMP)
 
 EXAMPLE_LOG := src/kvplan/workload/examples/customer_service.jsonl.gz
 
