@@ -13,6 +13,7 @@ import time
 import pytest
 
 from test_bench_support import bench, fake_server, start_bench, stop_pid, wait_until_served
+from verdict_helpers import assert_bench_passed
 
 
 def _free_port() -> int:
@@ -82,7 +83,7 @@ def test_http_status_codes_classified_with_body(tmp_path, code):
     assert d["requests"]["total"] == 30
     assert d["errors"] == {f"http_{code}": 10}  # every 3rd of the 30 the fake received
     assert f"fake {code}" in d["error_examples"][f"http_{code}"]
-    assert p.returncode == 0  # no SLO on errors was given; the failures are still counted
+    assert_bench_passed(p.returncode, d, p.stderr)  # no SLO on errors was given; the failures are still counted
 
 
 def test_error_rate_slo_fails_the_run(tmp_path):
