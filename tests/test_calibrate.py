@@ -268,6 +268,7 @@ def test_nnls_weights_weigh_the_rows():
 @given(st.lists(st.lists(st.floats(0, 100, allow_nan=False), min_size=3, max_size=3), min_size=4, max_size=12),
        st.lists(st.floats(-50, 50, allow_nan=False), min_size=12, max_size=12))
 @example(rows=[[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 3.556e-233]], ys=[0, 0, 0, 1] + [0] * 8)  # issue 12
+@example(rows=[[5e-324, 0, 1.0], [0, 2.2e-308, 0], [0, 0, 0], [1.0, 0, 0]], ys=[1, 1, 0, 1] + [0] * 8)  # subnormals (631a446)
 def test_nnls_matches_brute_force(rows, ys):
     ys = ys[:len(rows)]
     x = nnls(rows, ys)
