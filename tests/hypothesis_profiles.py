@@ -21,10 +21,12 @@ from hypothesis import HealthCheck, Verbosity, settings
 EXPLORE_FACTOR = 10
 
 
-def _factor() -> int:
-    if active() != "explore":
-        return 1
+def _explore_factor() -> int:
     return max(1, int(os.environ.get("HYPOTHESIS_EXPLORE_FACTOR", EXPLORE_FACTOR)))
+
+
+def _factor() -> int:
+    return _explore_factor() if active() == "explore" else 1
 
 
 def active() -> str:
@@ -45,7 +47,8 @@ def register() -> str:
     common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
     settings.register_profile("ci", derandomize=True, database=None, **common)
     settings.register_profile("dev", **common)
-    settings.register_profile("explore", verbosity=Verbosity.normal, **common)
+    # (a test without its own budget gets hypothesis' default 100, times the factor)
+    settings.register_profile("explore", max_examples=100 * _explore_factor(), verbosity=Verbosity.normal, **common)
     name = active()
     if name not in ("ci", "dev", "explore"):
         raise RuntimeError(f"HYPOTHESIS_PROFILE={name!r}: the suite's profiles are ci, dev and explore")
