@@ -12,20 +12,9 @@ from kvplan.memory import PlanRequest
 from kvplan.models import load_model
 from kvplan.sim import PlanDoesNotStart, SimResult, simulate, synthetic_trace
 from kvplan.workload.lengthdist import parse_length
-from sim_helpers import FLAT
-
-SEED_FLAGS = ["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
-              "--input-len", "uniform:800,1200", "--output-len", "512"]
-
-
-def _req(mml=2048):
-    return PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("A100-80GB"),
-                       tensor_parallel_size=4, max_model_len=mml)
-
-
-def _trace(rate=2.0, n=200, seed=0):
-    return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:800,1200", "x"),
-                           output_len=parse_length("512", "x"), seed=seed)
+from sim_helpers import FLAT, SEED_FLAGS
+from sim_helpers import plan_request as _req
+from sim_helpers import trace as _trace
 
 
 def test_json_keys_mirror_kvplan_bench():
