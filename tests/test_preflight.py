@@ -442,12 +442,11 @@ def test_cli_dry_run_json_contract(tmp_path):
     p = _kvplan("--config", str(cfg), "--max-model-len", "4096", "--format", "json", "--output-dir", str(tmp_path / "o"))
     assert p.stdout.strip(), p.stderr
     d = json.loads(p.stdout)
-    # a dry run is deterministic (simulated load): at the default --gpu-memory-utilization 0.9 the
-    # budget plus the CUDA context outside it is 0.926 of the GPU, over the 0.90 alert threshold;
-    # that is the only failure
-    failed = sorted(c["id"] for c in d["checks"] if c["status"] == "fail")
-    assert failed == ["plan_memory"], (failed, p.stderr)
-    assert d["verdict"] == "NO-GO" and d["exit_code"] == p.returncode == 1
+    # a dry run is deterministic (simulated load): an 8B model on an H100 at 2 req/s with these short
+    # chats passes every check that runs (the rest are skipped: no server, no baseline): GO
+    problems = sorted(c["id"] for c in d["checks"] if c["status"] in ("fail", "warn"))
+    assert problems == [], (problems, p.stderr)
+    assert d["verdict"] == "GO" and d["exit_code"] == p.returncode == 0
     assert d["inputs"]["plan_flags"]["max_model_len"] == 4096  # the flag overrides the file's 1024
     assert d["inputs"]["target_qps"] == 2 and d["inputs"]["slo"] == {"ttft_p99": 2.0}
     ids = [c["id"] for c in d["checks"]]
