@@ -228,7 +228,7 @@ def test_plan_start_up_does_not_import_the_web_server():
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from hypothesis_profiles import examples
+from hypothesis_profiles import examples  # noqa: E402
 
 _TOKENS = st.one_of(st.sampled_from(["--model", "-m", "--gpu", "--from-log", "--profile", "--requests", "--html",
                                      "--output", "--tokenizer", "--serve-config", "-tp", "--enforce-eager",
