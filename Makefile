@@ -4,16 +4,21 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo lint test test-fast vllm-env promtool chromium bench clean
+.PHONY: demo lint test test-fast test-explore vllm-env promtool chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+INSTALL_LOG := $(VENV)/install.log
+
 # Reinstall only when the project's metadata changes (editable install: source edits need no reinstall).
+# pip's output (and the machine's pip configuration's warnings) goes to $(INSTALL_LOG), shown only
+# when the install fails, so that the first screen of `make demo` is kvplan's.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing kvplan[dev] into $(VENV) (pip's log: $(INSTALL_LOG))"
+	@{ $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[dev]'; } >$(INSTALL_LOG) 2>&1 \
+		|| { cat $(INSTALL_LOG); echo "make: pip install failed (log above, kept in $(INSTALL_LOG))" >&2; exit 1; }
+	@touch $(STAMP)
 
 EXAMPLE_LOG := src/kvplan/workload/examples/customer_service.jsonl.gz
 
@@ -41,12 +46,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 
 # Full suite, real vLLM server tests included: fails (never skips) when the vLLM environment cannot be built.
+# The property tests run the derandomized `ci` hypothesis profile (tests/hypothesis_profiles.py): the
+# same examples on every clone.
 test: lint $(STAMP) vllm-env promtool chromium
-	$(PY) -m pytest
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest
 
 # Everything but the tests that need the real vLLM server.
 test-fast: $(STAMP) promtool chromium
-	KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
+	HYPOTHESIS_PROFILE=ci KVPLAN_SKIP_VLLM=1 $(PY) -m pytest -m "not vllm"
+
+# Only the property tests, random seeds, EXPLORE_FACTOR (default 10) times each test's CI budget;
+# pin what it finds with @example.
+EXPLORE_FACTOR ?= 10
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore HYPOTHESIS_EXPLORE_FACTOR=$(EXPLORE_FACTOR) $(PY) -m pytest -m "hypothesis and not vllm"
 
 bench: $(STAMP)
 	$(PY) benchmarks/plan_startup.py

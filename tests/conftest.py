@@ -1,11 +1,21 @@
-"""Root conftest: makes tests/ importable so test modules can share plan_helpers; the ``ray_head``
-fixture of the Ray tests."""
+"""Root conftest: makes tests/ importable so test modules can share helpers (plan_helpers,
+hypothesis_profiles, ...); loads the hypothesis profile (tests/hypothesis_profiles.py: ``ci`` under
+CI=true and ``make test``, ``dev`` otherwise, ``explore`` for ``make test-explore``); the
+``ray_head`` fixture of the Ray tests."""
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import hypothesis_profiles  # noqa: E402  (needs the path above)
+
+HYPOTHESIS_PROFILE = hypothesis_profiles.register()
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (tests/hypothesis_profiles.py)"
 
 
 @pytest.fixture(scope="module")

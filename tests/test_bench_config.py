@@ -9,6 +9,7 @@ import statistics
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.bench.arrivals import rate_schedule, replay_schedule
 from kvplan.bench.client import Record
@@ -94,7 +95,7 @@ def test_ramp_rises_linearly_then_holds():
     assert steady == pytest.approx(1000, abs=2)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.floats(0.1, 1000), st.sampled_from(["constant", "poisson", "gamma"]), st.floats(0.1, 10),
        st.floats(0, 5), st.integers(0, 2**31))
 def test_property_schedule_sorted_bounded(rate, kind, shape, ramp, seed):

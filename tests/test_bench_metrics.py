@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.bench.metrics import (
     Histogram,
@@ -164,7 +165,7 @@ def _exposition(draw):
     return "\n".join(lines) + "\n", expect_c, expect_h
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_exposition())
 def test_property_parse_recovers_every_value(case):
     text, counters, hists = case
@@ -179,7 +180,7 @@ def test_property_parse_recovers_every_value(case):
     assert all(v == 0 for v in delta(s, s).values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=10), st.floats(0, 1))
 @example([3], 1.0)  # 0.1 * 3 / 3 = 0.10000000000000002 before the clamp
 def test_property_quantile_lies_in_its_bucket_and_is_monotone(incs, q):
@@ -201,7 +202,7 @@ def test_property_quantile_lies_in_its_bucket_and_is_monotone(incs, q):
     assert below <= rank + 1e-9 or v == lo
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=400))
 def test_property_never_raises_on_arbitrary_text(text):
     s = parse_metrics(text)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.bench.sse import SSEParser, encode_event
 
@@ -66,7 +67,7 @@ def test_overlong_line_is_bounded():
 _data = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.lists(_data, min_size=1, max_size=3).map("\n".join), max_size=8),
        st.sampled_from(["\n", "\r\n", "\r"]), st.lists(st.integers(0, 10_000), max_size=12))
 def test_property_any_chunking_any_eol_same_events(events, eol, cuts):
@@ -80,7 +81,7 @@ def test_property_any_chunking_any_eol_same_events(events, eol, cuts):
     assert not p.malformed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.binary(max_size=200), max_size=10))
 def test_property_arbitrary_bytes_never_raise_and_stay_bounded(chunks):
     p = SSEParser(max_line=512)

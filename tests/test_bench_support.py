@@ -68,6 +68,41 @@ def get(url: str) -> str:
         return r.read().decode()
 
 
+def fake_counter(port: int, name: str) -> float:
+    """One value of the fake server's /metrics (the first sample named ``name``)."""
+    for line in get(f"http://127.0.0.1:{port}/metrics").splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the fake server's /metrics")
+
+
+def wait_until_served(port: int, completed: int, client: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Poll the fake server until it has completed ``completed`` requests and is streaming others.
+
+    The fault tests act on this observed condition, not on a wall-clock timer: on a loaded machine
+    the CLI can take seconds to import, and a timer would fire before the first request."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if client.poll() is not None:
+            out, err = client.communicate()
+            raise AssertionError(f"kvplan bench exited ({client.returncode}) before the fake served {completed} "
+                                 f"requests:\n{err[-2000:]}")
+        done = fake_counter(port, "vllm:request_success_total")
+        if done >= completed and fake_counter(port, "vllm:num_requests_running") >= 1:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the fake served {done:g} of {completed} requests in {timeout:g} s")
+        time.sleep(0.05)
+
+
+def start_bench(url: str, out: Path, *extra: str) -> subprocess.Popen:
+    """``kvplan bench`` with --output in the background (the caller stops it or waits for it)."""
+    env = dict(os.environ)
+    env.pop("OPENAI_API_KEY", None)
+    return subprocess.Popen([*KVPLAN, "bench", "--url", url, "--output", str(out), "--no-progress", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
 # --------------------------------------------------------------------------- the fake itself
 def test_fake_server_serves_models_metrics_and_exits_on_sigterm():
     with fake_server("--owned-by", "vllm") as (port, proc):

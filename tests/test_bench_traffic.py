@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.sim.engine import DONE, Engine
@@ -205,7 +206,7 @@ def test_closed_loop_rate_still_paces_sends():
     assert [r.arrival for r in e.reqs] == pytest.approx([0.0, 0.5, 1.0])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 2), st.integers(1, 300), st.integers(1, 40)), min_size=1, max_size=40),
        st.integers(1, 6), st.booleans(), st.integers(20, 200))
 def test_closed_loop_never_exceeds_n(items, n, async_sched, blocks):

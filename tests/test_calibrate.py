@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.sim.calibrate import (COEFFICIENTS, build_equations, calibrate, nnls, predict_equations,
                                   read_requests)
+from kvplan.sim.fitmath import COLUMN_RTOL, DEPENDENT_RTOL
 from kvplan.sim.steptime import StepTimeProfile
 
 RUNS = Path(__file__).parent / "fixtures" / "bench_runs"
@@ -182,27 +184,33 @@ def test_too_few_requests_is_a_usage_error(tmp_path):
 
 # --------------------------------------------------------------------------- NNLS
 def _brute_force_nnls(rows, ys):
-    """Least squares over every subset of free coefficients; the best non-negative one."""
+    """Least squares (numpy's SVD) over every subset of free coefficients; the best non-negative
+    one. The same problem as ``nnls``: a column whose largest entry is below COLUMN_RTOL of the
+    largest |target| is zero, columns are divided by their largest entry, and singular
+    values below DEPENDENT_RTOL of the largest are cut (that cut is never finer than nnls's
+    dependent-column rule: σ_min/σ_max <= any column's distance from the others' span / its norm)."""
     import numpy as np
 
     a, y = np.array(rows, float), np.array(ys, float)
-    best, best_x = math.inf, None
-    n = a.shape[1]
-    for k in range(n + 1):
-        for subset in itertools.combinations(range(n), k):
-            x = np.zeros(n)
-            with np.errstate(all="ignore"):  # subnormal inputs from hypothesis; such subsets are skipped
-                if subset:
-                    sol, *_ = np.linalg.lstsq(a[:, subset], y, rcond=None)
-                    if not np.isfinite(sol).all() or (sol < -1e-12).any():
-                        continue
-                    x[list(subset)] = sol
-                r = float(((a @ x - y) ** 2).sum())
-            if not math.isfinite(r):
+    colmax = np.abs(a).max(axis=0)
+    live = colmax > COLUMN_RTOL * np.abs(y).max()
+    scaled = a / np.where(live, colmax, 1.0)
+    best, best_x = float((y ** 2).sum()), np.zeros(a.shape[1])
+    cand = [j for j in range(a.shape[1]) if live[j]]
+    for k in range(1, len(cand) + 1):
+        for subset in itertools.combinations(cand, k):
+            sol, *_ = np.linalg.lstsq(scaled[:, subset], y, rcond=DEPENDENT_RTOL)
+            if (sol < -1e-12).any():
                 continue
+            r = float(((scaled[:, subset] @ sol - y) ** 2).sum())
             if r < best - 1e-12:
-                best, best_x = r, x
+                best, best_x = r, np.zeros(a.shape[1])
+                best_x[list(subset)] = sol / colmax[list(subset)]
     return best_x, best
+
+
+def _sq_residual(x, rows, ys):
+    return math.fsum((math.fsum(c * f for c, f in zip(x, row)) - y) ** 2 for row, y in zip(rows, ys))
 
 
 def test_nnls_recovers_known_coefficients():
@@ -212,16 +220,62 @@ def test_nnls_recovers_known_coefficients():
     assert nnls(rows, ys) == pytest.approx(truth, abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+def test_nnls_recovers_coefficients_of_features_twelve_orders_apart():
+    # one per step vs. attention pairs of 128k-token contexts: the normal equations square this
+    # 1e12 spread into 1e24 and lose the small feature's coefficient
+    truth = [0.02, 3e-13, 5e-5]
+    rows = [[1.0, float(p) * p / 2 * b, float(b)] for b in (1, 4, 16) for p in (1000, 50_000, 131_072)]
+    ys = [sum(c * f for c, f in zip(truth, row)) for row in rows]
+    assert nnls(rows, ys) == pytest.approx(truth, rel=1e-9)
+
+
+def test_nnls_is_invariant_to_the_unit_of_a_column():
+    rows = [[1.0, 2.0], [1.0, 5.0], [1.0, 9.0], [1.0, 4.0]]
+    ys = [0.3, 0.9, 1.1, 0.5]
+    base = nnls(rows, ys)
+    for unit in (1e-90, 1e-30, 1e30, 1e200):  # feet or light years: the same fit
+        scaled = nnls([[a, b * unit] for a, b in rows], ys)
+        assert scaled[0] == pytest.approx(base[0], rel=1e-9) and scaled[1] * unit == pytest.approx(base[1], rel=1e-9)
+
+
+def test_nnls_tiny_column_alone_is_fitted_but_against_unit_targets_is_zero():
+    # hypothesis (issue 12): a column of 3.6e-233 against a target of 1 needs a coefficient of 2.8e232;
+    # below COLUMN_RTOL of the targets' scale it is zero, in nnls and in the brute-force reference alike
+    rows, ys = [[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 3.556e-233]], [0, 0, 0, 1]
+    assert nnls(rows, ys) == [0.0, 0.0, 0.0]
+    assert _brute_force_nnls(rows, ys)[1] == 1.0
+    # the same column against targets of its own scale is an ordinary fit: the scale, not the
+    # magnitude, decides
+    assert nnls(rows, [0, 0, 0, 7.112e-233]) == [0.0, 0.0, pytest.approx(2.0, rel=1e-12)]
+
+
+def test_nnls_nearly_collinear_columns_keep_the_best_residual():
+    rows = [[1.0, 1.0 + 1e-13 * i, float(i)] for i in range(8)]
+    ys = [2.0 + 0.5 * i for i in range(8)]
+    x = nnls(rows, ys)
+    assert all(v >= 0 for v in x)
+    assert _sq_residual(x, rows, ys) <= 1e-18
+
+
+def test_nnls_weights_weigh_the_rows():
+    rows, ys = [[1.0], [1.0]], [1.0, 3.0]
+    assert nnls(rows, ys) == pytest.approx([2.0])
+    assert nnls(rows, ys, weights=[3.0, 1.0]) == pytest.approx([1.5])  # (3·1 + 1·3) / 4
+    assert nnls(rows, ys, weights=[1.0, 0.0]) == pytest.approx([1.0])
+
+
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(st.floats(0, 100, allow_nan=False), min_size=3, max_size=3), min_size=4, max_size=12),
        st.lists(st.floats(-50, 50, allow_nan=False), min_size=12, max_size=12))
+@example(rows=[[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 3.556e-233]], ys=[0, 0, 0, 1] + [0] * 8)  # issue 12
+@example(rows=[[5e-324, 0, 1.0], [0, 2.2e-308, 0], [0, 0, 0], [1.0, 0, 0]], ys=[1, 1, 0, 1] + [0] * 8)  # subnormals (631a446)
 def test_nnls_matches_brute_force(rows, ys):
     ys = ys[:len(rows)]
     x = nnls(rows, ys)
-    assert all(v >= 0 for v in x)
-    res = sum((sum(c * f for c, f in zip(x, row)) - y) ** 2 for row, y in zip(rows, ys))
+    assert all(v >= 0 and math.isfinite(v) for v in x)
+    res = _sq_residual(x, rows, ys)
     _, best = _brute_force_nnls(rows, ys)
-    assert res <= best * (1 + 1e-6) + 1e-6
+    assert res <= best * (1 + 1e-6) + 1e-6, (x, res, best)
 
 
 # --------------------------------------------------------------------------- the profile file

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.ops.doctor import diagnose
 
@@ -26,20 +27,20 @@ def _check(text: str) -> None:
     r.to_dict()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(max_size=3000))
 def test_random_text(text):
     _check(text)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.sampled_from(range(len(REAL))), st.integers(0, 200), st.integers(0, 400))
 def test_truncated_real_logs(i, start, cut):
     log = "\n".join(REAL[i][start:])
     _check(log[: max(0, len(log) - cut)])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.sampled_from(ALL_LINES), max_size=60), st.lists(st.text(max_size=80), max_size=20),
        st.randoms(use_true_random=False))
 def test_interleaved_lines(lines, noise, rnd):
@@ -50,7 +51,7 @@ def test_interleaved_lines(lines, noise, rnd):
     _check("\n".join(mixed))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.sampled_from(ALL_LINES), st.sampled_from(["\x1b[31m", "\x1b[0m", "\x1b[1;32m", "\x00", "\r", "\ufffd"]))
 def test_control_characters(line, junk):
     _check(junk + line.replace(" ", junk, 3) + junk)

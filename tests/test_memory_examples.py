@@ -50,10 +50,30 @@ def test_deepseek_v3_fp8_and_ds_mla():
                     kv_cache_memory_bytes=40 * GIB).kv.bytes_per_token_per_gpu == 40_016
 
 
+#: Qwen2.5-7B-Instruct with the YaRN block its model card tells users to add for long inputs:
+#: original_max_position_embeddings × factor (131,072) differs from max_position_embeddings (32,768).
+QWEN25_7B_YARN = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+}
+
+
+def test_yarn_max_len_rule_changes_at_0_30():
+    # vllm/config/model.py, _get_and_verify_max_len: in 0.29.0 a "yarn" rope sets the derived length to
+    # original_max_position_embeddings × factor; from 0.30.0 "yarn" is among the types whose
+    # max_position_embeddings is already scaled (read in both wheels; semantics.yarn_multiplies_max_len)
+    assert run_plan(QWEN25_7B_YARN, "H100", vllm_version="0.29").flags.max_model_len == 131_072
+    assert run_plan(QWEN25_7B_YARN, "H100", vllm_version="0.30").flags.max_model_len == 32_768
+    assert run_plan(QWEN25_7B_YARN, "H100").flags.max_model_len == 32_768  # the default, 0.33
+
+
 def test_deepseek_v3_max_len_yarn_rule():
-    # 0.33 trusts max_position_embeddings; up to 0.27, original × factor — here both 163,840.
+    # DeepSeek-V3's config is consistent (4,096 × 40 = 163,840 = max_position_embeddings): the same
+    # length on either side of the 0.30 change
     assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8).flags.max_model_len == 163_840
-    assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, vllm_version="0.27").flags.max_model_len == 163_840
+    assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, vllm_version="0.29").flags.max_model_len == 163_840
 
 
 def test_gpt_oss_120b_hybrid_grouping():

@@ -6,6 +6,7 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.memory.startup_log import parse_startup_log
@@ -17,19 +18,19 @@ PREFIXES = st.sampled_from(["", "INFO 07-09 09:47:45 [gpu_worker.py:233] ",
                             "2026-11-30T10:00:00.000Z stdout F "])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_log_parser_never_crashes_on_text(text):
     parse_startup_log(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary())
 def test_log_parser_never_crashes_on_bytes(data):
     parse_startup_log(data.decode("utf-8", errors="replace"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(prefix=PREFIXES, tokens=st.integers(1, 10**9), length=st.integers(1, 10**7),
        conc=st.floats(0, 10**5, allow_nan=False), noise=st.lists(st.text(), max_size=5),
        gib=st.floats(-100, 1000, allow_nan=False))
@@ -46,7 +47,7 @@ def test_log_parser_finds_figures_among_noise(prefix, tokens, length, conc, nois
     assert float(f"{gib:.2f}") in log.available_kv_gib
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(max_size=2000))
 def test_log_parser_survives_truncation(text):
     full = ("INFO Available KV cache memory: 12.13 GiB\nINFO GPU KV cache size: 807,792 tokens\n"
@@ -60,7 +61,7 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
                        max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from([
     "model_type", "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
     "head_dim", "intermediate_size", "sliding_window", "layer_types", "kv_lora_rank", "rope_scaling",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.hardware import find_gpu
@@ -375,7 +376,7 @@ def test_yaml_config_is_safe_loaded(tmp_path):
 _SIMPLE = {k: v for k, v in KNOWN_KEYS.items() if v in ((str,), (int,), (bool,))}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(sorted(_SIMPLE)), st.none(), min_size=1, max_size=6).flatmap(
     lambda d: st.fixed_dictionaries({k: {(str,): st.text("abcxyz./-_", min_size=1, max_size=12),
                                          (int,): st.integers(1, 10**6), (bool,): st.booleans()}[_SIMPLE[k]]
@@ -439,10 +440,13 @@ def test_cli_dry_run_json_contract(tmp_path):
     cfg.write_text(f"model: llama-3.1-8b\ngpu: H100\nmax_model_len: 1024\nrequests: {log}\ntarget_qps: 2\n"
                    "duration: 30s\nslo: {ttft_p99: 2s}\ndry_run: true\n")
     p = _kvplan("--config", str(cfg), "--max-model-len", "4096", "--format", "json", "--output-dir", str(tmp_path / "o"))
-    assert p.returncode in (0, 1) and p.stdout.strip(), p.stderr
+    assert p.stdout.strip(), p.stderr
     d = json.loads(p.stdout)
-    assert d["exit_code"] == p.returncode
-    assert d["verdict"] in ("GO", "GO_WITH_RISKS", "NO-GO")
+    # a dry run is deterministic (simulated load): an 8B model on an H100 at 2 req/s with these short
+    # chats passes every check that runs (the rest are skipped: no server, no baseline): GO
+    problems = sorted(c["id"] for c in d["checks"] if c["status"] in ("fail", "warn"))
+    assert problems == [], (problems, p.stderr)
+    assert d["verdict"] == "GO" and d["exit_code"] == p.returncode == 0
     assert d["inputs"]["plan_flags"]["max_model_len"] == 4096  # the flag overrides the file's 1024
     assert d["inputs"]["target_qps"] == 2 and d["inputs"]["slo"] == {"ttft_p99": 2.0}
     ids = [c["id"] for c in d["checks"]]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.hardware import custom_gpu, parse_size
@@ -44,7 +45,7 @@ def tiny_plan(tmp_path):
 
 
 # --------------------------------------------------------------------------- shapes
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(block=st.sampled_from([1, 8, 16, 32, 64, 128, 256, 512]), mml=st.integers(2, 1 << 20))
 def test_every_probe_stays_within_one_block_count_and_fits_max_model_len(block, mml):
     for shape in (P.short_shape(block, mml), P.long_shape(block, mml), P.burst_shape(block, mml)):
@@ -54,7 +55,7 @@ def test_every_probe_stays_within_one_block_count_and_fits_max_model_len(block, 
         assert shape.prompt_tokens + shape.max_tokens <= mml  # vLLM would reject it otherwise
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(block=st.sampled_from([16, 32, 128]), mml=st.integers(256, 1 << 18))
 def test_long_probe_is_near_max_model_len(block, mml):
     long = P.long_shape(block, mml)

@@ -12,19 +12,9 @@ from kvplan.memory import PlanRequest
 from kvplan.models import load_model
 from kvplan.sim import PlanDoesNotStart, SimResult, simulate, synthetic_trace
 from kvplan.workload.lengthdist import parse_length
-
-SEED_FLAGS = ["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
-              "--input-len", "uniform:800,1200", "--output-len", "512"]
-
-
-def _req(mml=2048):
-    return PlanRequest(model=load_model("meta-llama/Llama-2-70b-chat-hf"), gpu=find_gpu("A100-80GB"),
-                       tensor_parallel_size=4, max_model_len=mml)
-
-
-def _trace(rate=2.0, n=200, seed=0):
-    return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:800,1200", "x"),
-                           output_len=parse_length("512", "x"), seed=seed)
+from sim_helpers import FLAT, SEED_FLAGS
+from sim_helpers import plan_request as _req
+from sim_helpers import trace as _trace
 
 
 def test_json_keys_mirror_kvplan_bench():
@@ -43,7 +33,7 @@ def test_json_keys_mirror_kvplan_bench():
         assert k in d
     assert d["requests"]["total"] == d["requests"]["completed"] + d["requests"]["rejected"] == 200
     assert d["tokens"]["output_total"] == 200 * 512
-    json.dumps(d)  # JSON-ready
+    json.dumps(d, allow_nan=False)  # JSON-ready: strict JSON has no NaN or Infinity
 
 
 def test_same_seed_same_result_other_seed_other_traffic():
@@ -69,7 +59,9 @@ def test_synthetic_lengths_match_kvplan_bench_for_the_same_seed():
 def test_a_plan_that_does_not_start_raises_with_vllms_text():
     with pytest.raises(PlanDoesNotStart) as exc:
         simulate(_req(8192), _trace(n=5))
-    assert "max_model_len" in str(exc.value) or "8192" in str(exc.value)
+    # vLLM's ValueError from _get_and_verify_max_len (vllm/config/model.py), word for word
+    assert str(exc.value).startswith("User-specified max_model_len (8192) is greater than the derived max_model_len "
+                                     "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json).")
 
 
 def test_saturation_is_flagged_far_above_capacity():
@@ -127,8 +119,6 @@ def test_async_scheduling_follows_the_platform():
     assert gpu["async_scheduling"] is True
     cpu_req = PlanRequest(model=load_model("meta-llama/Llama-2-7b-hf"), gpu=find_gpu("A100-80GB"), device="cpu",
                           kv_cache_memory_bytes=4 << 30, max_model_len=2048)
-    from tests.test_sim_engine import FLAT
-
     cpu = simulate(cpu_req, synthetic_trace(1, num_requests=3, input_len=parse_length("100", "x"),
                                             output_len=parse_length("5", "x")), profile=FLAT).to_dict()["config"]
     assert cpu["async_scheduling"] is False  # vllm/platforms/cpu.py turns it off

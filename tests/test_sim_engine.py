@@ -9,19 +9,7 @@ from kvplan.sim.engine import DONE, REJECTED, Engine
 from plan_helpers import kv_groups
 from kvplan.sim.steptime import StepTimeProfile
 from kvplan.sim.trace import SimRequest
-
-#: every step takes 10 ms whatever it computes: step counts become times
-FLAT = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0,
-                       per_token_s=0.0, per_attn_pair_s=0.0)
-
-
-def run(reqs, **kw):
-    args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=256, max_num_batched_tokens=2048,
-                max_model_len=4096, profile=FLAT, async_scheduling=False)
-    args.update(kw)
-    e = Engine(requests=reqs, **args).run()
-    assert e.pool.check() is None
-    return e
+from sim_helpers import run
 
 
 @pytest.mark.parametrize("async_sched", [False, True])
@@ -96,10 +84,15 @@ def test_prefix_hit_never_covers_the_last_prompt_token():
 
 
 def test_evicted_prefix_is_recomputed():
-    # a pool of 40 usable blocks: the filler request evicts the cached prefix blocks
+    # a pool of 40 usable blocks. The prefix request's 21 blocks (20 full, cached) go back to the end
+    # of the free queue tail first; the filler's 38 blocks come from the front: the 19 never used,
+    # then 19 of the freed ones, last block first. Blocks 0 and 1 of the prefix survive: 32 tokens
     reqs = [SimRequest(0.0, 320, 1, "p", 320), SimRequest(1.0, 600, 1), SimRequest(2.0, 330, 1, "p", 320)]
     e = run(reqs, num_gpu_blocks=41)
-    assert e.reqs[2].hit_tokens < 320
+    assert e.reqs[2].hit_tokens == 32
+    assert e.prompt_computed == 320 + 600 + 330 - 32
+    # with room for both, nothing is evicted: the whole 320-token prefix (20 blocks) is hit
+    assert run(reqs, num_gpu_blocks=60).reqs[2].hit_tokens == 320
 
 
 def test_sliding_window_groups_free_blocks_outside_the_window():
@@ -112,11 +105,17 @@ def test_sliding_window_groups_free_blocks_outside_the_window():
 
 def test_waiting_requests_need_the_whole_prompt_to_fit():
     # scheduler_reserve_full_isl: a 1,000-token prompt waits until 63 blocks are free
+    # (the first holds 57 blocks for its 900 prompt tokens, leaving 42 of 99 usable)
     reqs = [SimRequest(0.0, 900, 200), SimRequest(0.0, 1000, 1)]
     e = run(reqs, num_gpu_blocks=100)
     a, b = e.reqs
-    assert b.t_sched >= a.t_end - 1e-9 or b.t_sched > 0
+    assert a.t_end == pytest.approx(2.0)  # 200 steps of 10 ms
+    assert b.t_sched == pytest.approx(a.t_end)  # admitted in the step after the first one finished
+    assert b.t_first == pytest.approx(a.t_end + 0.01)
     assert e.preemptions == 0
+    # 57 + 63 = 120 usable blocks: the whole prompt fits beside the first at once
+    assert run(reqs, num_gpu_blocks=121).reqs[1].t_sched == 0.0
+    assert run(reqs, num_gpu_blocks=120).reqs[1].t_sched == pytest.approx(2.0)  # one block short: it waits
 
 
 def test_requests_are_never_lost():

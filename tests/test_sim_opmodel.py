@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.hardware import catalog, find_gpu
 from kvplan.memory import PlanRequest, plan
@@ -54,7 +55,7 @@ def test_every_catalog_gpu_with_peaks_gets_a_model_and_says_where_its_efficienci
             assert any("no measured kernel tables" in n for n in p.notes)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(tokens=st.integers(1, 8192), seqs=st.integers(1, 256), kv=st.integers(0, 2_000_000),
        pairs=st.integers(0, 4_000_000), more=st.integers(1, 512))
 def test_more_work_never_takes_less_time(tokens, seqs, kv, pairs, more):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.sim.engine import DONE, REJECTED, Engine
 from kvplan.sim.steptime import StepTimeProfile
@@ -71,7 +72,7 @@ def _build(reqs, cfg):
     return out, e.run()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests, configs)
 def test_no_request_lost_times_monotonic_kv_bounded(reqs, cfg):
     trace, e = _build(reqs, cfg)
@@ -91,7 +92,7 @@ def test_no_request_lost_times_monotonic_kv_bounded(reqs, cfg):
     assert sorted(e.first_order) == sorted(r.i for r in done)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(requests, configs)
 def test_deterministic(reqs, cfg):
     _, a = _build(reqs, cfg)

@@ -11,6 +11,9 @@ from kvplan.errors import UsageError
 from kvplan.sim import find_saturation, simulate, synthetic_trace, trace_from_log
 from kvplan.sim.trace import parse_arrival
 from kvplan.workload.lengthdist import parse_length
+from sim_helpers import SEED_FLAGS
+from sim_helpers import plan_request as _req
+from sim_helpers import trace as _trace
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "src/kvplan/workload/examples/customer_service.jsonl.gz")
 
@@ -48,7 +51,6 @@ def test_trace_from_the_bundled_log_counts_and_conversations():
 
 
 def test_replayed_conversations_hit_the_prefix_cache(tmp_path):
-    from tests.test_sim_api import _req
 
     tr = trace_from_log(EXAMPLE, num_requests=400)
     on = simulate(_req(4096), tr).to_dict()
@@ -68,7 +70,6 @@ def test_bad_log_is_a_usage_error_naming_the_file(tmp_path):
 
 
 def test_find_saturation_brackets_the_sustainable_rate():
-    from tests.test_sim_api import _req
 
     def make(rate):
         return synthetic_trace(rate, num_requests=300, input_len=parse_length("uniform:800,1200", "x"),
@@ -83,7 +84,6 @@ def test_find_saturation_brackets_the_sustainable_rate():
 
 def test_html_report_escapes_and_draws(tmp_path):
     from kvplan.report.sim_html import render_html
-    from tests.test_sim_api import _req, _trace
 
     d = simulate(_req(), _trace(n=60)).to_dict()
     d["trace"]["source"] = "<script>alert(1)</script>"
@@ -95,7 +95,6 @@ def test_html_report_escapes_and_draws(tmp_path):
 
 def test_capacity_boundary_rows_follow_the_plans_ladder():
     from kvplan.sim import capacity_boundary
-    from tests.test_sim_api import _req
 
     def make(rate):
         return synthetic_trace(rate, num_requests=150, input_len=parse_length("uniform:800,1200", "x"),
@@ -112,7 +111,6 @@ def test_cli_per_request_json(tmp_path):
     from typer.testing import CliRunner
 
     from kvplan.cli.main import app
-    from tests.test_sim_api import SEED_FLAGS
 
     out = tmp_path / "s.json"
     r = CliRunner().invoke(app, ["simulate", *SEED_FLAGS, "--rate", "1", "--num-requests", "5", "--max-model-len",
@@ -124,7 +122,6 @@ def test_cli_per_request_json(tmp_path):
 
 
 def test_system_prompts_become_roots_with_a_real_tokenizer():
-    from tests.test_sim_api import _req
 
     plain = trace_from_log(EXAMPLE, num_requests=300)
     assert all(r.root_id is None for r in plain.requests)  # usage alone cannot size a system prompt

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.errors import UsageError
 from kvplan.hardware import find_gpu
@@ -158,7 +159,7 @@ def _dominated(p, q) -> bool:
 finite = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.one_of(finite, st.sampled_from([0.0, 1.0, 2.0])),
                           st.one_of(finite, st.sampled_from([0.0, 1.0, 2.0]))), max_size=30))
 def test_pareto_front_is_exactly_the_non_dominated_points(points):

@@ -227,6 +227,7 @@ def test_plan_start_up_does_not_import_the_web_server():
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis_profiles import examples  # noqa: E402
 
 _TOKENS = st.one_of(st.sampled_from(["--model", "-m", "--gpu", "--from-log", "--profile", "--requests", "--html",
                                      "--output", "--tokenizer", "--serve-config", "-tp", "--enforce-eager",
@@ -234,7 +235,7 @@ _TOKENS = st.one_of(st.sampled_from(["--model", "-m", "--gpu", "--from-log", "--
                                      "--from-serve-cmd", "--dataset-path", "x"]), st.text(max_size=12))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(command=st.sampled_from(["plan", "simulate", "lengths"]), argv=st.lists(_TOKENS, max_size=8))
 def test_vetted_argv_holds_only_allowed_flags_and_no_paths(command, argv):
     """Whatever the page sends, what reaches the CLI parser is allowed flags, catalog models and

@@ -8,6 +8,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from kvplan.workload import ChatTokenizer, analyze_lengths, trim_messages
 from kvplan.workload.accumulate import coverage_counts
@@ -26,7 +27,7 @@ KEYS = st.sampled_from(["messages", "prompt", "text", "conversations", "usage", 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.dictionaries(KEYS | st.text(max_size=8), JSON, max_size=6))
 def test_from_json_never_crashes(obj):
     try:
@@ -38,7 +39,7 @@ def test_from_json_never_crashes(obj):
         assert r.prompt is not None or r.messages is not None or r.prompt_tokens is not None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(["messages", "prompt", "prompt_tokens", "completion_tokens", "max_tokens",
                                         "timestamp", "text"]), st.text(max_size=30), max_size=5))
 def test_from_csv_never_crashes(row):
@@ -51,7 +52,7 @@ def test_from_csv_never_crashes(row):
 ROLES = st.sampled_from(["user", "assistant", "system"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(ROLES, TEXT), min_size=1, max_size=6), st.integers(1, 10**6) | st.none(),
        st.sampled_from(["max_tokens", "max_completion_tokens"]))
 def test_chat_records_round_trip(pairs, max_tokens, key):
@@ -64,7 +65,7 @@ def test_chat_records_round_trip(pairs, max_tokens, key):
     assert r.turn == max(sum(1 for m in msgs if m["role"] == "user"), 1)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["human", "gpt"]), TEXT), min_size=1, max_size=8))
 def test_sharegpt_gives_one_request_per_human_turn(turns):
     conv = [{"from": f, "value": v} for f, v in turns]
@@ -79,7 +80,7 @@ def test_sharegpt_gives_one_request_per_human_turn(turns):
     assert all(r.messages[-1]["role"] == "user" and r.session == "c1" for r in reqs)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompt=TEXT, ids=st.lists(st.integers(0, 200000), max_size=30), max_tokens=st.integers(1, 10**5),
        out=TEXT, out_ids=st.lists(st.integers(0, 9), max_size=20), rid=st.from_regex(r"(chatcmpl|cmpl)-[0-9a-f]{1,12}", fullmatch=True),
        new=st.booleans(), prefix=st.sampled_from(["", "INFO 07-09 09:47:45 [logger.py:39] ",
@@ -108,7 +109,7 @@ def test_vllm_log_lines_parse_back_exactly(prompt, ids, max_tokens, out, out_ids
     assert e["output"] == out and e["output_token_count"] == len(out_ids)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.one_of(st.binary(max_size=40), st.just(b'{"prompt_tokens": 1}'),
                           st.just(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}, "max_tokens": 9}'),
                           st.just(b'{"usage": {"prompt_tokens": "x"}}'), st.just(b"\xff\xfe{}")), max_size=25))
@@ -122,7 +123,7 @@ def test_reader_accounts_for_every_line(tmp_path_factory, chunks):
     assert rec.used >= 1 and r.counted_by["usage"] == rec.requests
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 2000), st.integers(0, 2000)), min_size=1, max_size=60),
        st.integers(1, 6000), st.floats(50, 99.99))
 def test_exact_stats_match_brute_force(rows, L, pct):
@@ -171,7 +172,7 @@ def conversations(draw):
     return system + [m for t in turns[:-1] for m in t] + last
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(msgs=conversations(), budget=st.integers(20, 400), reserve=st.integers(0, 15),
        which=st.sampled_from(["chatml", "deepseek"]), max_turns=st.none() | st.integers(1, 4))
 def test_trim_is_a_fitting_suffix_of_whole_turns(tokenizers, msgs, budget, reserve, which, max_turns):

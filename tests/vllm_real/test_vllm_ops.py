@@ -62,9 +62,18 @@ def test_doctor_counts_real_preemptions(small_kv_server):
 
     from tests.vllm_server.client import preemption_burst
 
+    from kvplan.ops.doctor.signatures import STATS
+
+    def stats_lines() -> int:
+        return sum(1 for line in small_kv_server.log_text().splitlines() if STATS.search(line))
+
     burst = preemption_burst(small_kv_server.base_url, 4, 1000, 500, timeout=180)
     assert burst.all_ok and burst.preemptions >= 1, burst.summary()
-    time.sleep(11)  # one more stats interval, so the burst's stats line is in the log
+    # wait (polled, bounded) for the stats line vLLM logs every 10 s after the burst's last interval
+    before, deadline = stats_lines(), time.monotonic() + 90
+    while stats_lines() <= before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert stats_lines() > before, "vLLM logged no stats line within 90 s of the burst"
     log = small_kv_server.log_text()
     status, scrape = get_text(small_kv_server.base_url, "/metrics", 10)
     assert status == 200

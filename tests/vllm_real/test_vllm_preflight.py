@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_server import env
+from verdict_helpers import client_note, tolerate_client_bound
 
 pytestmark = pytest.mark.vllm
 
@@ -88,13 +89,22 @@ def test_sound_configuration_is_go(tiny_llama_model, tmp_path):
                            "--slo", "e2e_p99=30s,error_rate=0")
     checks = _checks(d)
     statuses = {k: c["status"] for k, c in checks.items()}
-    assert d["verdict"] == "GO" and rc == 0, (statuses, [c["evidence"] for c in checks.values()
-                                                        if c["status"] in ("fail", "warn")], err[-2000:])
+    problems = {k: c["evidence"] for k, c in checks.items() if c["status"] in ("fail", "warn")}
+    bench = json.loads((tmp_path / "out" / "preflight-bench.json").read_text())
+    # 1.5 req/s is far below what the server and the load generator sustain, but on a shared 2-core
+    # machine the load generator can still stall past bench's 50 ms p99 lag: then preflight is right
+    # to say NO-GO (the latencies describe the client). Everything else must pass either way.
+    if tolerate_client_bound(bench, "preflight's load test"):
+        assert d["verdict"] == "GO" and rc == 0, (problems, client_note(bench), err[-2000:])
+    else:
+        assert list(problems) == ["load_run_complete"], (problems, client_note(bench))
+        assert d["verdict"] == "NO-GO" and rc == 1, (d["verdict"], client_note(bench))
+        assert any("fell behind its schedule" in e for e in checks["load_run_complete"]["evidence"])
     assert d["mode"] == "launch" and not d["dry_run"]
-    for cid in ("lengths_max_model_len", "plan_starts", "plan_concurrency", "load_run_complete", "load_errors",
+    for cid in ("lengths_max_model_len", "plan_starts", "plan_concurrency", "load_errors",
                 "load_oom", "load_preemptions", "load_kv_usage", "load_queue", "slo_e2e_p99", "slo_error_rate",
                 "alerts_written"):
-        assert statuses[cid] == "pass", (cid, checks[cid])
+        assert statuses[cid] == "pass", (cid, checks[cid], client_note(bench))
     assert statuses["profile_matches_plan"] == "pass", checks["profile_matches_plan"]
     assert not checks["load_errors"]["simulated"]
     load = d["sections"]["load"]

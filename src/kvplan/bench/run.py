@@ -29,6 +29,8 @@ from .runner import Counters, StopFlag, WorkerOutput, WorkerPlan, run_worker
 from .scrape import GpuSampler, ServerScraper
 
 T0_LEAD_S = 0.2  # offset 0 lies this far after everything is ready, so the first arrival is not late
+#: The longest the parent waits for its worker processes to start before it sets their common t0.
+WORKER_START_S = 120.0
 IGNORE_EOS_OWNERS = {"vllm", "sglang"}
 
 
@@ -96,11 +98,13 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
 _NCOUNT = 6
 
 
-def _worker_main(plan: WorkerPlan, t0_shared, stop_shared, counters_shared, out_q) -> None:  # pragma: no cover
+def _worker_main(plan: WorkerPlan, t0_shared, stop_shared, counters_shared, out_q, ready_shared) -> None:  # pragma: no cover
     """Entry point of a worker process (covered by the multi-worker tests, in a subprocess)."""
     stop = StopFlag(stop_shared)
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))
     counters = Counters()
+    with ready_shared.get_lock():  # imports done (this module brings aiohttp): ready for t0
+        ready_shared.value += 1
     try:
         while t0_shared.value == 0.0:
             time.sleep(0.002)
@@ -218,15 +222,21 @@ class Bench:
         t0_shared = ctx.Value("d", 0.0)
         counters_shared = ctx.Array("d", n * _NCOUNT)
         out_q = ctx.Queue()
+        ready = ctx.Value("i", 0)
         procs = []
         for w in range(n):
             plan = WorkerPlan(self.cfg, self.source, self.offsets, w, n)
-            p = ctx.Process(target=_worker_main, args=(plan, t0_shared, shared_stop, counters_shared, out_q),
+            p = ctx.Process(target=_worker_main, args=(plan, t0_shared, shared_stop, counters_shared, out_q, ready),
                             name=f"kvplan-bench-worker-{w}", daemon=True)
             p.start()
             procs.append(p)
-        # Worker start-up (interpreter + imports) takes a moment: give them a common t0 after it.
-        await asyncio.sleep(1.0)
+        # Worker start-up (interpreter + imports) takes a second idle, several on a loaded host: the
+        # common t0 comes once every worker says it is ready (or one died, or WORKER_START_S passed),
+        # so the schedule does not start behind.
+        started = time.monotonic()
+        while (ready.value < n and all(p.is_alive() for p in procs)
+               and time.monotonic() - started < WORKER_START_S):
+            await asyncio.sleep(0.01)
         t0 = time.monotonic() + T0_LEAD_S
         self.scraper.first = _retime(self.scraper.first, t_base + T0_LEAD_S, t0)
         t0_shared.value = t0

@@ -21,6 +21,10 @@ KV_TOO_SMALL_V0 = re.compile(
     r"max seq len \((?P<max_len>" + _N + r")\) is larger than the maximum number of tokens that can be stored in "
     r"KV cache \((?P<tokens>" + _N + r")\)")
 NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+# _get_and_verify_max_len (config/model.py): --max-model-len above what the model's config.json allows.
+MAX_LEN_ABOVE_DERIVED = re.compile(
+    r"User-specified max_model_len \((?P<requested>" + _N + r")\) is greater than the derived max_model_len "
+    r"\((?P<key>\w+)=(?P<derived>" + _F + r") or model_max_length=")
 NEGATIVE_KV = re.compile(r"Available KV cache memory:\s*(?P<gib>-[0-9.]+)\s*GiB|kv_cache_size=(?P<v0>-[0-9.]+)\s*GiB"
                          r"|(?:#\s*)?(?:GPU|cuda) blocks:\s*0\b")
 FREE_MEMORY = re.compile(
