@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import hypothesis_profiles  # noqa: E402  (needs the path above)
+import hypothesis_profiles
 
 HYPOTHESIS_PROFILE = hypothesis_profiles.register()
 

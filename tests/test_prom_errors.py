@@ -67,7 +67,7 @@ class _Answers(http.server.BaseHTTPRequestHandler):
 
     answers = {}
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         code, body = self.answers[self.server.fault]
         self.send_response(code)

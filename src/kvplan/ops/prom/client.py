@@ -37,7 +37,7 @@ class PromClient:
     def _post(self, path: str, form: Sequence[tuple[str, str]], query: str, endpoint: str) -> Result:
         target = self.url + path
         data = urllib.parse.urlencode(list(form)).encode()
-        req = urllib.request.Request(target, data=data, method="POST",
+        req = urllib.request.Request(target, data=data, method="POST",  # noqa: S310 - scheme checked in __init__
                                      headers={"Content-Type": "application/x-www-form-urlencoded",
                                               "Accept": "application/json"})
         try:
