@@ -122,7 +122,8 @@ def test_request_log_sets_the_coverage_target_of_max_model_len():
     assert d["space"]["coverage_pct"] == 99.9
     # P99.9 of prompt + output (nearest rank), below the longest request: vLLM rejects the longest few.
     assert d["workload_max_model_len"] == workload_floor(trace, 99.9) < workload_floor(trace, None)
-    assert d["ranked"][0]["flags"]["max_model_len"] == d["workload_max_model_len"]
+    # The default length tried: that need rounded up to a multiple of 1,024 (issue 14, finding 18).
+    assert d["ranked"][0]["flags"]["max_model_len"] == d["default_max_model_len"] == 6144
 
 
 def test_nothing_starts_exit_1_with_the_reasons(profile_file):
@@ -170,3 +171,17 @@ def test_the_default_trace_length_is_derived_until_the_contenders_are_judged(slo
     assert [(e["requests"], e["extended_to"]) for e in d["trace"]["extended"]] == [(1000, 13_500)]
     assert row["saturated"] is True and d["winner"] is None
     assert any(n.startswith("trace length derived: 1,000 requests") for n in d["notes"])
+
+
+def test_the_default_max_model_len_is_rounded_up_and_block_aligned(profile_file):
+    """Issue 14, finding 18: prompts of 800-1,200 + 512 output tokens need 1,712 tokens; tune tries
+    2,048 (a multiple of 1,024: block-aligned, with headroom), never the trace's exact maximum."""
+    p = kvplan("--model", "qwen2.5-0.5b", "--gpu", "H100", "--max-num-seqs", "64", "--kv-cache-dtype", "auto",
+               "--gpu-memory-utilization", "0.9", "--rate", "2", "--arrival", "constant", "--num-requests", "40",
+               "--input-len", "uniform:800,1200", "--output-len", "512", "--processes", "1",
+               "--profile", profile_file, "--format", "json")
+    d = json.loads(p.stdout)
+    assert d["workload_max_model_len"] <= 1712 and d["default_max_model_len"] == 2048
+    assert {r["flags"]["max_model_len"] for r in d["ranked"]} == {2048}
+    assert "--max-model-len 2048" in d["ranked"][0]["serve_command"]
+    assert any("rounded up to a multiple of 1,024" in n for n in d["notes"])

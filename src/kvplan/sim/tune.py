@@ -23,7 +23,8 @@ from .tune_reuse import can_stand_for, family_key, trace_shares_prefixes
 from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
                         pareto_latency_key, rank_key)
 from .tune_share import ShareOutcome, combine_shares, simulate_share
-from .tune_space import OBJECTIVES, Candidate, Pruned, TuneSpace, expand
+from .tune_space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
+                         recommended_max_model_len)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest
@@ -107,6 +108,7 @@ class TuneResult:
     base: dict = field(default_factory=dict)
     #: per GPU of the space: the step-time model its rows stand on and its measured error
     clock: dict = field(default_factory=dict)
+    default_max_model_len: Optional[int] = None  # what the space's default length resolved to
 
     @property
     def winner(self) -> Optional[TuneRow]:
@@ -126,6 +128,7 @@ class TuneResult:
             "schema_version": SCHEMA_VERSION, "kind": "kvplan.tune", "objective": self.objective,
             "slo": {k: v for k, v in self.slos}, "trace": dict(self.trace), "base": dict(self.base),
             "space": dict(self.space), "workload_max_model_len": self.workload_max_model_len,
+            "default_max_model_len": self.default_max_model_len,
             "combinations": self.combinations, "pruned": self.pruned.to_dict(), "simulated": self.simulated,
             "reused": self.reused, "skipped": self.skipped,
             "ok": self.ok, "winner": w.to_dict() if w else None,
@@ -304,6 +307,10 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
     ranked = [replace(r, rank=i + 1, pareto=i in on_front) for i, r in enumerate(ranked)]
     front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
     notes: list[str] = []
+    default_len = recommended_max_model_len(floor, base) if None in space.max_model_len else None
+    if default_len is not None:
+        notes.append(f"max_model_len: the traffic needs {floor:,} tokens (prompt + output); the default tried is "
+                     f"{default_len:,} (rounded up to a multiple of {DEFAULT_LEN_MULTIPLE:,}, within the model's limit)")
     if n_reused:
         notes.append(f"{n_reused} configuration(s) took the run of a simulated one that differs only in "
                      "max_num_seqs / KV blocks the traffic never reached (reused_from; --no-reuse simulates them)")
@@ -335,7 +342,7 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
         pareto=tuple(i + 1 for i in front),
         backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive, "reuse": reuse},
         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
-        base={"model": base.model.name, "gpu": base.gpu.name},
+        base={"model": base.model.name, "gpu": base.gpu.name}, default_max_model_len=default_len,
         clock=_clocks(cands, base, profile),
     )
 
