@@ -201,3 +201,28 @@ def test_progress_display_renders():
         disp.live.refresh()
     out = buf.getvalue()
     assert "120" in out and "42.0%" in out and "7 / 1" in out
+
+
+def test_compare_of_two_identical_configurations_at_n_50_is_no_regression(tmp_path):
+    """Issue 14, finding 12: two runs of one configuration, 50 requests each (seed 7: +26% on P95 by
+    chance; the former bootstrap called it a REGRESSION). The tails are n/a with a warning, exit 0;
+    the same baseline against a 2x slowdown still exits 1."""
+    import random
+
+    rng = random.Random(7)
+    runs = {}
+    for name, factor in (("a", 1.0), ("b", 1.0), ("slow", 2.0)):
+        xs = [factor * rng.lognormvariate(0, 0.2) for _ in range(50)]
+        runs[name] = tmp_path / f"{name}.json"
+        runs[name].write_text(json.dumps({"kind": "kvplan.bench", "partial": False, "client_bound": False,
+                                          "samples": {k: xs for k in ("ttft", "tpot", "e2e")}}))
+    p = run_cli("bench", "compare", str(runs["a"]), str(runs["b"]), "--format", "json")
+    assert p.returncode == 0, p.stdout
+    d = json.loads(p.stdout)
+    assert d["regressed"] is False and "Bonferroni" in d["method"] and d["row_confidence"] == pytest.approx(1 - 0.05 / 9)
+    assert {r["stat"]: r["verdict"] for r in d["rows"] if r["metric"] == "ttft"}["p99"] == "n/a"
+    assert any(w.startswith("p99 not compared") and "655" in w for w in d["warnings"])
+    table = run_cli("bench", "compare", str(runs["a"]), str(runs["b"]))
+    assert "no regression" in table.stdout and "fewer than 129 samples" in " ".join(table.stdout.split())
+    p = run_cli("bench", "compare", str(runs["a"]), str(runs["slow"]), "--format", "json")
+    assert p.returncode == 1 and json.loads(p.stdout)["regressed"] is True
