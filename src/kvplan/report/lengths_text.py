@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..workload.result import LengthsResult
-from .lengths_common import DIST_ROWS, counted_line, estimate_tag, pct, records_line, sparkline
+from .lengths_common import DIST_ROWS, counted_line, estimate_tag, more_issues_line, pct, records_line, sparkline
 
 
 def render_table(r: LengthsResult, console: Console | None = None) -> None:
@@ -23,7 +23,7 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
     if r.issues:
         lines = "\n".join(f"{i.file}:{i.line}: {i.message} [{i.reason}]" if i.line else
                           f"{i.file}: {i.message} [{i.reason}]" for i in r.issues[:10])
-        more = f"\n… {len(r.issues) - 10} more (see --format json)" if len(r.issues) > 10 else ""
+        more = f"\n{more_issues_line(r, 10)}" if r.issues_total > 10 else ""
         con.print(Panel(lines + more, title="skipped", border_style="yellow"))
     t = Table(title="token lengths" + estimate_tag(r))
     for col in ("", "count", "mean", "P50", "P90", "P95", "P99", "P99.9", "max"):
