@@ -64,6 +64,11 @@ def discover(cfg: BenchConfig) -> tuple[str, Optional[str]]:
         raise ServerUnavailable(f"cannot list models at {cfg.base_url}/v1/models: {exc}") from None
     models = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id")] if isinstance(data, dict) else []
     if cfg.model:
+        if models and all(m["id"] != cfg.model for m in models):
+            # vLLM would answer 404 ("The model `X` does not exist.") to every request: fail fast.
+            served = ", ".join(m["id"] for m in models[:10])
+            raise ServerUnavailable(f"--model {cfg.model} is not served at {cfg.base_url} (it serves: {served}); "
+                                    "every request would get HTTP 404: fix --model, or omit it to use the first")
         owner = next((m.get("owned_by") for m in models if m["id"] == cfg.model), None)
         return cfg.model, owner
     if not models:
@@ -96,11 +101,15 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
 _NCOUNT = 6
 
 
-def _worker_main(plan: WorkerPlan, t0_shared, stop_shared, counters_shared, out_q) -> None:  # pragma: no cover
+def _worker_main(plan: WorkerPlan, t0_shared, stop_shared, counters_shared, out_q,
+                 ready=None) -> None:  # pragma: no cover
     """Entry point of a worker process (covered by the multi-worker tests, in a subprocess)."""
     stop = StopFlag(stop_shared)
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))
     counters = Counters()
+    if ready is not None:
+        with ready.get_lock():
+            ready.value += 1
     try:
         while t0_shared.value == 0.0:
             time.sleep(0.002)
@@ -136,6 +145,7 @@ class Bench:
         self.scraper = ServerScraper(cfg.base_url, cfg.scrape_interval_s, headers)
         self.gpu: Optional[GpuSampler] = None
         self.gpu_notice: Optional[str] = None
+        self._loop_lag: list = []
 
     def run(self) -> tuple[BenchResult, list]:
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -150,11 +160,12 @@ class Bench:
         else:
             self.gpu_notice = "GPU telemetry skipped: the server is not on this host"
         records, stop_reason, cpu_s, wall_s = asyncio.run(self._main())
+        loop_lag, self._loop_lag = self._loop_lag, []
         records.sort(key=lambda r: (r.scheduled, r.i))
         meta = {"started_at": started, "kvplan_version": _version(), **self.info}
         result = build_result(self.cfg, records, meta=meta, server=self.scraper.to_dict(),
                               gpu={"active": bool(self.gpu and self.gpu.active), "notice": self.gpu_notice},
-                              stop_reason=stop_reason, cpu_s=cpu_s, wall_s=wall_s)
+                              stop_reason=stop_reason, cpu_s=cpu_s, wall_s=wall_s, loop_lag=loop_lag)
         return result, records
 
     async def _main(self):
@@ -204,6 +215,7 @@ class Bench:
                     await asyncio.gather(scr, return_exceptions=True)
                     prog.cancel()
                 records, cpu_s = out.records, time.process_time() - cpu0
+                self._loop_lag = out.loop_lag
             else:
                 records, cpu_s, t0 = await self._multi(n, stop, shared_stop, session, scrape_stop, t_base)
                 cpu_s += time.process_time() - cpu0  # the workers' CPU plus this process' own
@@ -218,15 +230,19 @@ class Bench:
         t0_shared = ctx.Value("d", 0.0)
         counters_shared = ctx.Array("d", n * _NCOUNT)
         out_q = ctx.Queue()
+        ready = ctx.Value("i", 0)
         procs = []
         for w in range(n):
             plan = WorkerPlan(self.cfg, self.source, self.offsets, w, n)
-            p = ctx.Process(target=_worker_main, args=(plan, t0_shared, shared_stop, counters_shared, out_q),
+            p = ctx.Process(target=_worker_main, args=(plan, t0_shared, shared_stop, counters_shared, out_q, ready),
                             name=f"kvplan-bench-worker-{w}", daemon=True)
             p.start()
             procs.append(p)
-        # Worker start-up (interpreter + imports) takes a moment: give them a common t0 after it.
-        await asyncio.sleep(1.0)
+        # Worker start-up (interpreter + imports) takes a moment, longer on a busy host: the common
+        # t0 comes after every worker said it is ready (a worker that never does is reported below).
+        wait_until = time.monotonic() + 60.0
+        while ready.value < n and time.monotonic() < wait_until and any(p.is_alive() for p in procs):
+            await asyncio.sleep(0.02)
         t0 = time.monotonic() + T0_LEAD_S
         self.scraper.first = _retime(self.scraper.first, t_base + T0_LEAD_S, t0)
         t0_shared.value = t0
@@ -268,6 +284,7 @@ class Bench:
             stop.set("worker_failed")
             self.info = {**self.info, "worker_failures": failures}
         records = [r for o in outs for r in o.records]
+        self._loop_lag = [x for o in outs for x in o.loop_lag]
         return records, sum(o.cpu_s for o in outs), t0
 
     async def _ray(self, n, stop, session, scrape_stop, t_base):

@@ -105,6 +105,8 @@ def render_summary(d: dict, console: Optional[Console] = None) -> None:
         c.print(Text(f"server: {srv['notice']}"))
     if (d.get("gpu") or {}).get("notice"):
         c.print(Text(d["gpu"]["notice"]))
+    for note in (d.get("client") or {}).get("host_contention_reasons") or ():
+        c.print(Text(f"! {note}", style="yellow"))
     for chk in v["checks"]:
         if not chk["passed"]:
             c.print(Text(f"✗ {chk['name']}: {chk['value']}" + (f" (limit {chk['limit']})" if chk['limit'] is not None
