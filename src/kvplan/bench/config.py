@@ -45,6 +45,8 @@ class BenchConfig:
     output_len: LengthDist = LengthDist("fixed", 64)
     ignore_eos: Optional[bool] = None  # None: send it when the server is vLLM / SGLang
     seed: int = 0
+    prompt_length: str = "words"  # words: N one-token words (the template adds more); exact: N tokens as vLLM counts
+    tokenizer: Optional[str] = None  # for prompt_length exact (default: the model's, found offline)
     timeout_s: float = 120.0
     max_inflight: int = 20000
     # trust
@@ -111,6 +113,8 @@ class BenchConfig:
             raise UsageError(f"--min-rate-ratio must be in (0, 1], got {self.min_rate_ratio}")
         if not 0 < self.client_cpu_limit <= 1:
             raise UsageError(f"--client-cpu-limit must be in (0, 1], got {self.client_cpu_limit}")
+        if self.prompt_length not in ("words", "exact"):
+            raise UsageError(f"--prompt-length must be words or exact, got {self.prompt_length!r}")
         if self.scrape_interval_s <= 0:
             raise UsageError("--scrape-interval must be positive")
         if {"log", "empirical"} & {self.input_len.kind, self.output_len.kind} and not self.requests_log:

@@ -84,7 +84,18 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
     if cfg.requests_log:
         limit = cfg.max_requests if cfg.replay and cfg.max_requests else None
         log, account = read_log_requests([cfg.requests_log], limit=limit)
-    source = RequestSource(cfg, model, ignore_eos, log)
+    exact = None
+    if cfg.prompt_length == "exact":
+        from ..workload.tokenizer import ChatTokenizer
+        from .exact_prompts import measure
+        from .prompts import _WORDS
+
+        tok = ChatTokenizer.from_path(cfg.tokenizer) if cfg.tokenizer else ChatTokenizer.for_model(model)
+        if tok is None:
+            raise UsageError(f"--prompt-length exact needs the model's tokenizer: none found for {model} offline; "
+                             "give --tokenizer DIR")
+        exact = measure(tok, cfg.endpoint, _WORDS)
+    source = RequestSource(cfg, model, ignore_eos, log, exact)
     offsets = None
     if cfg.replay:
         from .arrivals import replay_schedule
@@ -93,7 +104,10 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
             offsets = replay_schedule(source.timestamps(), cfg.replay_speed)
         except ValueError as exc:
             raise UsageError(f"--replay: {exc}") from None
-    info = {"model": model, "server_owner": owner, "ignore_eos": ignore_eos, "requests_log": account}
+    info = {"model": model, "server_owner": owner, "ignore_eos": ignore_eos, "requests_log": account,
+            "prompt_length": exact.to_dict() if exact else {"mode": "words",
+                                                             "note": "N one-token words; the server adds the chat "
+                                                                     "template / BOS (see usage.prompt_tokens)"}}
     return source, offsets, info
 
 
