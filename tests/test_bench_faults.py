@@ -50,7 +50,27 @@ def test_no_model_and_no_server_exits_1(tmp_path):
 
 def test_server_killed_mid_run(tmp_path):
     with fake_server("--itl", "0.02") as (port, proc):
-        killer = threading.Timer(3.0, lambda: os.kill(proc.pid, signal.SIGKILL))  # our own fake, by PID
+        # Kill our own fake (by PID) once it has served 3 requests and a second more: on a busy host
+        # the bench process may take seconds to start, so a fixed timer could kill it too early.
+        def kill_when_served() -> None:
+            import re
+            import urllib.request
+
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:  # noqa: S310
+                        m = re.search(r"request_success_total\{[^}]*\} ([0-9.]+)", r.read().decode())
+                    if m and float(m.group(1)) >= 3:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.1)
+            time.sleep(1.0)
+            os.kill(proc.pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_served, daemon=True)
+        killer.cancel = lambda: None  # noqa: E731 - the thread ends by itself
         killer.start()
         t = time.monotonic()
         try:
