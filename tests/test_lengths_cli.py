@@ -198,3 +198,38 @@ def test_plan_path_stays_light():
             "print(heavy); assert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_skipped_list_and_json_agree_and_the_hint_fits_the_flags(tmp_path):
+    """Issue 14, finding 15: 80 records needing a tokenizer that --model's cannot provide offline.
+    The table's "… N more" counts every skipped record and says the JSON lists the first 50; the
+    hint does not tell a user who gave --model to give --model."""
+    src = tmp_path / "no-usage.jsonl"
+    src.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {i}"}]}) + "\n"
+                           for i in range(80)))
+    table = kvplan("lengths", str(src), "--model", "no-such-org/no-such-model")
+    d = json.loads(kvplan("lengths", str(src), "--model", "no-such-org/no-such-model", "--format", "json").stdout)
+    assert d["records"]["skipped"] == {"no_tokenizer": 80} and d["issues_total"] == 80 and len(d["issues"]) == 50
+    flat = " ".join(table.stdout.split())
+    assert "… 70 more: 80 in total; --format json lists the first 50" in flat
+    assert "give --tokenizer DIR or --estimate" in d["issues"][0]["message"]
+    assert "--model ID" not in d["issues"][0]["message"]
+    few = json.loads(kvplan("lengths", str(src), "--format", "json", "--max-issues", "80").stdout)
+    assert len(few["issues"]) == 80 and "--model ID" in few["issues"][0]["message"]  # no --model: it may help
+
+
+def test_trim_keeps_a_record_whose_max_tokens_fills_the_budget(tmp_path):
+    """Issue 14, finding 15: max_tokens >= the budget is not a wrong_type record, and it is not dropped:
+    written with its last turn, counted with its own reason (the real DeepSeek tokenizer)."""
+    msgs = [{"role": "user", "content": "first " * 20}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"}]
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"messages": msgs, "max_tokens": 900}) + "\n"
+                   + json.dumps({"messages": msgs, "max_tokens": 10}) + "\n")
+    out = kvplan("trim", str(src), "--tokenizer", DS, "--budget", "700")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == 2 and rows[0]["max_tokens"] == 900
+    assert rows[0]["messages"] == [{"role": "user", "content": "second"}]  # its last turn only
+    assert "wrong_type" not in out.stderr and "[max_tokens_exceeds_budget]" in out.stderr
+    assert "1 of them reserve max_tokens >= the budget" in out.stderr and "skipped: none" in out.stderr

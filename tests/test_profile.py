@@ -257,3 +257,15 @@ def test_cli_missing_vllm_exits_2_naming_it(tmp_path):
 def test_cli_unreachable_server_exits_1():
     out = _cli("--url", "http://127.0.0.1:9")
     assert out.returncode == 1 and "cannot reach http://127.0.0.1:9/v1/models" in out.stderr
+
+
+def test_table_is_readable_at_80_columns(tiny_plan):
+    """Issue 14, finding 21: at 80 columns no line is wider than the terminal and no number of the
+    probes is wrapped (the probe table keeps the columns that say whether the plan held)."""
+    buf = io.StringIO()
+    render_table(_result(tiny_plan), file=buf, width=80)
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "MATCHES THE PLAN" in " ".join(text.split())
+    header = next(line for line in text.splitlines() if line.strip().startswith("step"))
+    assert header.split() == ["step", "requests", "tokens", "KV", "peak", "blocks", "ceil/req", "running", "s"]

@@ -174,3 +174,20 @@ def test_a_trace_shorter_than_the_filling_phase_is_not_judged():
                                              output_len=parse_length("512", "x"), seed=0)).to_dict()
     assert short["saturation"]["saturated"] is None
     assert short["saturation"]["reason"].startswith("too short to judge")
+
+
+def test_cli_every_request_rejected_exits_1_with_a_clear_message():
+    """Issue 14, finding 18: 1,000-token prompts against max_model_len 512 are all rejected (HTTP 400
+    in vLLM). That run serves nobody: exit 1 and say so, never "median E2E of 0 s"."""
+    r = runner.invoke(app, ["simulate", "--model", "qwen2.5-0.5b", "--gpu", "H100", "--max-model-len", "512",
+                            "--rate", "5", "--num-requests", "20", "--input-len", "1000", "--output-len", "10",
+                            "--format", "json"])
+    assert r.exit_code == 1, r.output
+    assert "no request completed: 20 of 20 rejected (prompt_too_long 20)" in r.stderr
+    d = json.loads(r.stdout)
+    assert d["verdict"]["passed"] is False
+    assert [c["name"] for c in d["verdict"]["checks"]] == ["completed_requests"]
+    assert "median E2E of 0 s" not in d["saturation"]["reason"] and "rejected" in d["saturation"]["reason"]
+    table = runner.invoke(app, ["simulate", "--model", "qwen2.5-0.5b", "--gpu", "H100", "--max-model-len", "512",
+                                "--rate", "5", "--num-requests", "20", "--input-len", "1000", "--output-len", "10"])
+    assert table.exit_code == 1 and "NO REQUEST COMPLETED" in table.stdout

@@ -38,7 +38,7 @@ TINY = TuneSpace(max_num_seqs=(64,), gpu_memory_utilization=(0.9,), kv_cache_dty
 
 def test_too_few_kv_blocks_miss_the_slo_and_the_config_that_cannot_start_is_pruned():
     space = replace(TINY, tensor_parallel=(1, 4), max_model_len=(None, 10 ** 6))
-    res = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1)
+    res = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1, judge_saturation=False)
     # TP 4 does not divide 14 heads; 1,000,000 tokens exceed the model's 32,768: vLLM refuses both.
     assert dict(res.pruned.by_reason) == {"max_model_len_above_derived": 4, "tp_heads": 2}
     assert res.combinations == 8 and res.simulated == 2 and res.workload_max_model_len == 150
@@ -57,7 +57,7 @@ def test_too_few_kv_blocks_miss_the_slo_and_the_config_that_cannot_start_is_prun
 
 
 def test_no_configuration_meets_then_the_closest_is_named():
-    res = tune(BASE, BURST, parse_slo("ttft_p99=1ms"), space=TINY, profile=STEP, processes=1)
+    res = tune(BASE, BURST, parse_slo("ttft_p99=1ms"), space=TINY, profile=STEP, processes=1, judge_saturation=False)
     assert not res.ok and res.winner is None
     assert res.closest is res.rows[0] and res.closest.flags["kv_cache_dtype"] == "fp8"
 
@@ -67,8 +67,8 @@ def test_min_gpus_and_the_bound_skip_configs_that_cannot_win():
     slo = parse_slo("ttft_p99=200ms")
     # The measured KV memory only holds for 1 GPU at TP 1; the 2-GPU configurations are estimated.
     for objective in ("goodput_per_gpu", "min_gpus"):
-        res = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective)
-        full = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective, exhaustive=True)
+        res = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective, judge_saturation=False)
+        full = tune(BASE, STEADY, slo, space=space, profile=STEP, processes=1, objective=objective, exhaustive=True, judge_saturation=False)
         assert res.winner.gpus == 1 and res.winner.to_dict() == full.winner.to_dict()
         assert res.skipped == 2 and res.simulated == 1 and full.simulated == 3 and full.skipped == 0
         assert any("cannot beat the winner" in n for n in res.notes)
@@ -76,7 +76,7 @@ def test_min_gpus_and_the_bound_skip_configs_that_cannot_win():
 
 def test_goodput_bound_is_never_below_what_a_config_reaches():
     for trace in (BURST, STEADY):
-        res = tune(BASE, trace, (), space=replace(TINY, gpus=(1, 2)), profile=STEP, processes=1, exhaustive=True)
+        res = tune(BASE, trace, (), space=replace(TINY, gpus=(1, 2)), profile=STEP, processes=1, exhaustive=True, judge_saturation=False)
         assert len(res.rows) == 6  # TP1 DP1, TP1 DP2, TP2 DP1 × bf16, fp8
         for row in res.rows:
             assert 0 < row.goodput_per_gpu < goodput_per_gpu_bound(trace, row.flags["data_parallel_size"], row.gpus)
@@ -84,8 +84,8 @@ def test_goodput_bound_is_never_below_what_a_config_reaches():
 
 def test_data_parallel_replicas_split_the_trace_round_robin():
     space = replace(TINY, kv_cache_dtype=("fp8",), gpus=(2,), tensor_parallel=(1,))
-    one = tune(BASE, BURST, (), space=space, profile=STEP, processes=1)
-    every = tune(BASE, BURST, (), space=space, profile=STEP, processes=1, all_replicas=True)
+    one = tune(BASE, BURST, (), space=space, profile=STEP, processes=1, judge_saturation=False)
+    every = tune(BASE, BURST, (), space=space, profile=STEP, processes=1, all_replicas=True, judge_saturation=False)
     (r1,), (r2,) = one.rows, every.rows
     assert r1.flags["data_parallel_size"] == 2 and "--data-parallel-size 2" in r1.serve_command
     assert r1.requests["total"] == 10 and r1.requests["replicas_simulated"] == 1
@@ -96,8 +96,8 @@ def test_data_parallel_replicas_split_the_trace_round_robin():
 
 def test_process_pool_and_serial_rank_identically():
     space = replace(TINY, max_num_seqs=(4, 64), gpus=(1, 2))
-    serial = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1, exhaustive=True)
-    pooled = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=2, exhaustive=True)
+    serial = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=1, exhaustive=True, judge_saturation=False)
+    pooled = tune(BASE, BURST, parse_slo("ttft_p99=200ms"), space=space, profile=STEP, processes=2, exhaustive=True, judge_saturation=False)
     assert serial.backend["kind"] == "serial" and pooled.backend["kind"] == "processes"
     assert [r.to_dict() for r in serial.rows] == [r.to_dict() for r in pooled.rows]
     assert serial.pareto == pooled.pareto and len(serial.rows) == 12  # 3 TP×DP splits × 2 seqs × 2 dtypes
@@ -105,19 +105,19 @@ def test_process_pool_and_serial_rank_identically():
 
 def test_usage_errors():
     with pytest.raises(UsageError, match="--objective"):
-        tune(BASE, BURST, (), space=TINY, objective="cheapest")
+        tune(BASE, BURST, (), space=TINY, objective="cheapest", judge_saturation=False)
     with pytest.raises(UsageError, match="--max-num-seqs"):
-        tune(BASE, BURST, (), space=replace(TINY, max_num_seqs=(0,)))
+        tune(BASE, BURST, (), space=replace(TINY, max_num_seqs=(0,)), judge_saturation=False)
     with pytest.raises(UsageError, match="--processes"):
-        tune(BASE, BURST, (), space=TINY, processes=0)
+        tune(BASE, BURST, (), space=TINY, processes=0, judge_saturation=False)
 
 
 def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
     big = replace(BASE, kv_cache_memory_bytes=4000 * BLOCK_BF16)
     space = replace(TINY, max_num_seqs=(4, 64, 128))
     slo = parse_slo("ttft_p99=200ms")
-    fast = tune(big, STEADY, slo, space=space, profile=STEP, processes=1)
-    full = tune(big, STEADY, slo, space=space, profile=STEP, processes=1, reuse=False)
+    fast = tune(big, STEADY, slo, space=space, profile=STEP, processes=1, judge_saturation=False)
+    full = tune(big, STEADY, slo, space=space, profile=STEP, processes=1, reuse=False, judge_saturation=False)
     # Per KV dtype: 4 sequences make requests wait (simulated), 64 never fill up (simulated) and
     # stand for 128.
     assert (fast.simulated, fast.reused, full.simulated, full.reused) == (4, 2, 6, 0)
@@ -135,7 +135,7 @@ def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
     from kvplan.sim import Trace
 
     prefixed = Trace(tuple(replace(r, prefix_id="system", prefix_tokens=48) for r in STEADY.requests), "prefixed")
-    assert tune(big, prefixed, slo, space=space, profile=STEP, processes=1).reused == 0
+    assert tune(big, prefixed, slo, space=space, profile=STEP, processes=1, judge_saturation=False).reused == 0
 
 
 def test_the_reuse_rule():
@@ -179,3 +179,22 @@ def test_a_configuration_whose_backlog_grows_does_not_meet_the_slo():
     assert row.saturated is True and not row.meets_slo and res.winner is None
     assert [c.key for c in row.checks if not c.passed] == ["not_saturated"]
     assert any("cannot carry the rate" in n for n in res.notes)
+
+
+def test_an_unjudged_row_never_wins_and_a_derived_trace_judges_it():
+    """Issue 14, finding 2. 10 requests at 20 req/s (0.45 s) against a 0.5 s E2E: the detector cannot
+    judge, so nothing wins; extended to 20 × 5 × 0.5 s -> 50, rounded up to 500 requests, it can."""
+    def steady(n):
+        return synthetic_trace(20, num_requests=n, input_len=LengthDist("fixed", 100),
+                               output_len=LengthDist("fixed", 50), arrival="constant")
+
+    space = replace(TINY, kv_cache_dtype=("fp8",))
+    slo = parse_slo("ttft_p99=200ms")
+    short = tune(BASE, steady(10), slo, space=space, profile=STEP, processes=1)
+    (row,) = short.rows
+    assert row.saturated is None and not row.meets_slo and short.winner is None
+    assert [c.key for c in row.checks if not c.passed] == ["saturation_judged"]
+    assert any("could not be judged" in n and "--num-requests 500" in n for n in short.notes)
+    derived = tune(BASE, steady(10), slo, space=space, profile=STEP, processes=1, extend_trace=steady)
+    assert derived.trace["requests"] == 500 and derived.trace["extended"][0]["extended_to"] == 500
+    assert derived.winner is not None and derived.winner.saturated is False

@@ -13,10 +13,10 @@ import pytest
 from kvplan.sim import StepTimeProfile
 
 # Qwen2.5-0.5B on an H100 with 105 blocks of bf16 KV memory (see tests/test_tune.py): fp8 holds a
-# burst of 20 requests at once, bf16 only about half.
+# steady 30 req/s of 10-block requests (E2E 0.5 s: ~15 in flight), bf16 only about 10: its queue grows.
 COMMON = ["--model", "qwen2.5-0.5b", "--gpu", "H100", "--kv-cache-memory-bytes", str(105 * 196_608),
           "--gpu-memory-utilization", "0.9", "--max-num-seqs", "64", "--kv-cache-dtype", "auto,fp8",
-          "--rate", "1000", "--arrival", "constant", "--num-requests", "20", "--input-len", "100",
+          "--rate", "30", "--arrival", "constant", "--num-requests", "300", "--input-len", "100",
           "--output-len", "50", "--processes", "1"]
 
 
@@ -122,7 +122,8 @@ def test_request_log_sets_the_coverage_target_of_max_model_len():
     assert d["space"]["coverage_pct"] == 99.9
     # P99.9 of prompt + output (nearest rank), below the longest request: vLLM rejects the longest few.
     assert d["workload_max_model_len"] == workload_floor(trace, 99.9) < workload_floor(trace, None)
-    assert d["ranked"][0]["flags"]["max_model_len"] == d["workload_max_model_len"]
+    # The default length tried: that need rounded up to a multiple of 1,024 (issue 14, finding 18).
+    assert d["ranked"][0]["flags"]["max_model_len"] == d["default_max_model_len"] == 6144
 
 
 def test_nothing_starts_exit_1_with_the_reasons(profile_file):
@@ -130,3 +131,57 @@ def test_nothing_starts_exit_1_with_the_reasons(profile_file):
     assert p.returncode == 1
     assert json.loads(p.stdout)["simulated"] == 0
     assert "no configuration of the space starts (tp_heads 2)" in p.stderr
+
+
+# Issue 14, finding 2: 200 req/s of 500-token outputs on steps of 10 ms + 20 us per running sequence:
+# the engine drains at most 1 / (500 × 20 us) = 100 req/s, but 1,000 requests (5 s of arrivals)
+# end while it still fills (median E2E 13 s): the saturation detector cannot judge them.
+OVERLOAD = ["--model", "qwen2.5-0.5b", "--gpu", "H100", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "2048",
+            "--kv-cache-dtype", "auto", "--rate", "200", "--arrival", "constant", "--input-len", "100",
+            "--output-len", "500", "--processes", "1", "--slo", "ttft_p99=200ms", "--format", "json"]
+
+
+@pytest.fixture(scope="module")
+def slow_batch_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tune") / "step-per-seq.json"
+    StepTimeProfile(overhead_s=0.01, per_seq_s=2e-5, weights_read_s=0.0, per_kv_token_s=0.0, per_token_s=0.0,
+                    per_attn_pair_s=0.0, source="test: 10 ms + 20 us per sequence").save(path)
+    return str(path)
+
+
+def test_a_configuration_the_trace_cannot_judge_never_wins(slow_batch_profile):
+    p = kvplan(*OVERLOAD, "--profile", slow_batch_profile, "--num-requests", "1000")
+    assert p.returncode == 1 and "unjudged (trace too short)" in p.stderr, p.stderr
+    d = json.loads(p.stdout)
+    (row,) = d["ranked"]
+    assert d["winner"] is None and row["saturated"] is None and not row["meets_slo"]
+    assert row["latency_s"]["ttft"]["p99"] < 0.2  # the short trace's percentiles alone would pass
+    assert d["trace"]["length"] == "given" and d["trace"]["extended"] == []
+    note = next(n for n in d["notes"] if "could not be judged for saturation" in n)
+    assert "(#1) and cannot win" in note and "too short to judge" in note and "--num-requests 13500" in note
+
+
+def test_the_default_trace_length_is_derived_until_the_contenders_are_judged(slow_batch_profile):
+    p = kvplan(*OVERLOAD, "--profile", slow_batch_profile)
+    assert p.returncode == 1 and "(saturated)" in p.stderr, p.stderr
+    d = json.loads(p.stdout)
+    (row,) = d["ranked"]
+    # 1,000 requests first; then 200 req/s × 5 × the 13.4 s median E2E, rounded up to 500.
+    assert d["trace"]["length"] == "derived" and d["trace"]["requests"] == 13_500
+    assert [(e["requests"], e["extended_to"]) for e in d["trace"]["extended"]] == [(1000, 13_500)]
+    assert row["saturated"] is True and d["winner"] is None
+    assert any(n.startswith("trace length derived: 1,000 requests") for n in d["notes"])
+
+
+def test_the_default_max_model_len_is_rounded_up_and_block_aligned(profile_file):
+    """Issue 14, finding 18: prompts of 800-1,200 + 512 output tokens need 1,712 tokens; tune tries
+    2,048 (a multiple of 1,024: block-aligned, with headroom), never the trace's exact maximum."""
+    p = kvplan("--model", "qwen2.5-0.5b", "--gpu", "H100", "--max-num-seqs", "64", "--kv-cache-dtype", "auto",
+               "--gpu-memory-utilization", "0.9", "--rate", "2", "--arrival", "constant", "--num-requests", "40",
+               "--input-len", "uniform:800,1200", "--output-len", "512", "--processes", "1",
+               "--profile", profile_file, "--format", "json")
+    d = json.loads(p.stdout)
+    assert d["workload_max_model_len"] <= 1712 and d["default_max_model_len"] == 2048
+    assert {r["flags"]["max_model_len"] for r in d["ranked"]} == {2048}
+    assert "--max-model-len 2048" in d["ranked"][0]["serve_command"]
+    assert any("rounded up to a multiple of 1,024" in n for n in d["notes"])

@@ -117,3 +117,27 @@ def test_print_numbers_for_the_record(bench_run, capsys):
                   d["latency_s"]["e2e"]["p50"] * 1e3, d["server"]["histograms"]["e2e"]["p50"] * 1e3,
                   d["schedule_lag_s"]["p50"] * 1e3,
                   100 * max(s["kv_cache_usage"] or 0 for s in d["server"]["samples"])))
+
+
+def test_exact_prompt_lengths_are_what_vllm_counts(tiny_llama_server):
+    """Issue 14, finding 14, against the real server: --input-len 128 on the chat endpoint arrives
+    longer than 128 tokens by default (the chat template), and exactly 128 in vLLM's own usage with
+    --prompt-length exact (the template overhead measured with the served model's tokenizer)."""
+    base = dict(url=tiny_llama_server.base_url, endpoint="chat", concurrency=2, max_requests=4,
+                input_len=parse_length("128", "x"), output_len=parse_length("4", "x"), timeout_s=60)
+    words = run_bench(BenchConfig(**base))[1]
+    exact_result, exact = run_bench(BenchConfig(**base, prompt_length="exact",
+                                                tokenizer=str(tiny_llama_server.model_dir)))
+    assert all(r.ok for r in words + exact)
+    assert all(r.prompt_tokens > 128 for r in words), [r.prompt_tokens for r in words]
+    assert [r.prompt_tokens for r in exact] == [128] * 4
+    assert exact_result.to_dict()["prompt_length"]["template_overhead_tokens"] > 0
+
+
+def test_a_model_the_server_does_not_serve_fails_before_sending(tiny_llama_server):
+    """Issue 14, finding 13: a wrong --model (vLLM would answer 404 to every request) fails at once."""
+    from kvplan.bench.run import ServerUnavailable
+
+    cfg = BenchConfig(url=tiny_llama_server.base_url, rate=2, duration_s=60, model="no-such-model")
+    with pytest.raises(ServerUnavailable, match="--model no-such-model is not served"):
+        run_bench(cfg)

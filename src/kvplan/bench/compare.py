@@ -1,14 +1,22 @@
 """``kvplan bench compare BASELINE CURRENT``: did P50/P95/P99 of TTFT, TPOT and E2E regress?
 
-Each quantile's relative change comes with a bootstrap confidence interval (stats.diff_ci, on
-the per-request samples stored in the result files). A change is *worse* only when it exceeds
-the threshold AND its interval excludes zero (noise does not fail a build), *better* likewise
-in the other direction, and *same* otherwise. Gates about trust come first: a partial or
-client-bound run on either side makes the comparison fail, because its latencies describe the
-client or an interrupted run, not the server.
+Each quantile's relative change comes with a distribution-free confidence interval
+(stats.quantile_change_ci: order statistics of the per-request samples stored in the result
+files, exact for any latency distribution and any n; a bootstrap of a P99 from 50 samples is not).
+The nine tests (3 metrics × 3 quantiles) are corrected together with Bonferroni: each row's
+interval is at 1 - (1 - confidence) / rows, so the chance that identical configurations show any
+row as worse is at most 1 - confidence. A quantile needs a minimum count per side
+(stats.min_count_for_quantile at that level: 10 for P50, 129 for P95, 655 for P99 at 95%);
+below it the row is ``n/a`` and a warning says so (it never fails a build).
+
+A change is *worse* only when it exceeds the threshold AND its interval excludes zero (noise does
+not fail a build), *better* likewise in the other direction, and *same* otherwise. Gates about
+trust come first: a partial or client-bound run on either side makes the comparison fail, because
+its latencies describe the client or an interrupted run, not the server.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,11 +36,15 @@ class MetricVerdict:
     ci_low: Optional[float]
     ci_high: Optional[float]
     verdict: str  # better | same | worse | n/a
+    counts: tuple[int, int] = (0, 0)  # samples: baseline, current
+    min_count: int = 0  # per side, for this quantile at the row's level
+    note: str = ""
 
     def to_dict(self) -> dict:
         return {"metric": self.metric, "quantile": self.quantile, "stat": f"p{round(self.quantile * 100)}",
                 "baseline": self.baseline, "current": self.current, "change": self.change,
-                "ci_low": self.ci_low, "ci_high": self.ci_high, "verdict": self.verdict}
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "verdict": self.verdict,
+                "counts": list(self.counts), "min_count": self.min_count, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class Comparison:
     problems: tuple[str, ...]  # reasons the comparison itself cannot pass (partial, client-bound)
     threshold: float
     level: float
+    warnings: tuple[str, ...] = ()  # rows that could not be compared (too few samples)
+    row_level: float = 0.0  # each row's interval level after the Bonferroni correction
 
     @property
     def regressed(self) -> bool:
@@ -52,6 +66,8 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {"kind": "kvplan.bench.compare", "threshold": self.threshold, "confidence": self.level,
+                "method": "order-statistic (distribution-free) intervals, Bonferroni over the rows",
+                "row_confidence": round(self.row_level, 6), "warnings": list(self.warnings),
                 "regressed": self.regressed, "problems": list(self.problems),
                 "passed": self.exit_code == 0, "rows": [r.to_dict() for r in self.rows]}
 
@@ -67,25 +83,46 @@ def _problems(d: dict, label: str) -> list[str]:
 
 def compare(base: dict, cur: dict, threshold: float = 0.05, level: float = 0.95, n_boot: int = 2000,
             seed: int = 0) -> Comparison:
+    """``n_boot`` and ``seed`` are kept for callers of the former bootstrap; the intervals are exact."""
+    del n_boot, seed
+    tests = len(METRICS) * len(QUANTILES)
+    row_level = 1 - (1 - level) / tests  # Bonferroni: the family of rows holds at ``level``
     rows = []
+    short: dict[str, list[str]] = {}
     for m in METRICS:
         xb = (base.get("samples") or {}).get(m) or []
         xc = (cur.get("samples") or {}).get(m) or []
         for q in QUANTILES:
             sb, sc = sorted(xb), sorted(xc)
             pb, pc = stats.percentile(sb, q * 100), stats.percentile(sc, q * 100)
-            ci = stats.diff_ci(sb, sc, q, n_boot=n_boot, seed=seed, level=level)
+            need = stats.min_count_for_quantile(q, math.sqrt(row_level))
+            counts = (len(sb), len(sc))
+            def r6(x):
+                return (None if x is None else round(x, 6))
+            if sb and sc and min(counts) < need:
+                stat = f"p{round(q * 100)}"
+                short.setdefault(stat, []).append(m)
+                rows.append(MetricVerdict(m, q, r6(pb), r6(pc), r6((pc - pb) / pb) if pb else None, None, None, "n/a",
+                                          counts, need, f"too few samples: {min(counts)} < {need}"))
+                continue
+            ci = stats.quantile_change_ci(sb, sc, q, row_level)
             if ci is None:
-                rows.append(MetricVerdict(m, q, pb, pc, None, None, None, "n/a"))
+                rows.append(MetricVerdict(m, q, r6(pb), r6(pc), None, None, None, "n/a", counts, need, "no data"))
                 continue
             change, lo, hi = ci
-            if change > threshold and lo > 0:
+            if change > threshold and lo is not None and lo > 0:
                 verdict = "worse"
-            elif change < -threshold and hi < 0:
+            elif change < -threshold and hi is not None and hi < 0:
                 verdict = "better"
             else:
                 verdict = "same"
-            rows.append(MetricVerdict(m, q, round(pb, 6), round(pc, 6), round(change, 6), round(lo, 6), round(hi, 6),
-                                      verdict))
+            rows.append(MetricVerdict(m, q, r6(pb), r6(pc), r6(change), r6(lo), r6(hi), verdict, counts, need))
+    warnings = tuple(f"{stat} not compared ({', '.join(ms)}): fewer than {_need(rows, stat):,} samples per run "
+                     f"(distribution-free interval at {row_level:.2%}); record longer runs to judge it"
+                     for stat, ms in short.items())
     problems = tuple(_problems(base, "baseline") + _problems(cur, "current"))
-    return Comparison(tuple(rows), problems, threshold, level)
+    return Comparison(tuple(rows), problems, threshold, level, warnings, row_level)
+
+
+def _need(rows, stat: str) -> int:
+    return next(r.min_count for r in rows if f"p{round(r.quantile * 100)}" == stat)

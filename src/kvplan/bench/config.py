@@ -45,6 +45,8 @@ class BenchConfig:
     output_len: LengthDist = LengthDist("fixed", 64)
     ignore_eos: Optional[bool] = None  # None: send it when the server is vLLM / SGLang
     seed: int = 0
+    prompt_length: str = "words"  # words: N one-token words (the template adds more); exact: N tokens as vLLM counts
+    tokenizer: Optional[str] = None  # for prompt_length exact (default: the model's, found offline)
     timeout_s: float = 120.0
     max_inflight: int = 20000
     # trust
@@ -52,6 +54,12 @@ class BenchConfig:
     lag_p50_limit_s: float = 0.010
     lag_p99_limit_s: float = 0.050
     min_rate_ratio: float = 0.99
+    # The client is saturated (client-bound) when a late schedule comes with its own CPU above this
+    # share of a core per process; below it the lateness is host contention (another process took
+    # the CPU, e.g. a vLLM server on the same host): reported, not blamed on the client.
+    client_cpu_limit: float = 0.7
+    # With no --slo error_rate given, a run fails when more than this share of requests failed.
+    default_error_rate: float = 0.0
     # server side
     scrape_interval_s: float = 1.0
     scrape_metrics: bool = True
@@ -99,6 +107,14 @@ class BenchConfig:
 
             if importlib.util.find_spec("ray") is None:
                 raise UsageError("--ray-address needs Ray: pip install 'kvplan[ray]'")
+        if not (self.lag_p50_limit_s > 0 and self.lag_p99_limit_s > 0):
+            raise UsageError("--max-lag-p50 / --max-lag-p99 must be positive")
+        if not 0 < self.min_rate_ratio <= 1:
+            raise UsageError(f"--min-rate-ratio must be in (0, 1], got {self.min_rate_ratio}")
+        if not 0 < self.client_cpu_limit <= 1:
+            raise UsageError(f"--client-cpu-limit must be in (0, 1], got {self.client_cpu_limit}")
+        if self.prompt_length not in ("words", "exact"):
+            raise UsageError(f"--prompt-length must be words or exact, got {self.prompt_length!r}")
         if self.scrape_interval_s <= 0:
             raise UsageError("--scrape-interval must be positive")
         if {"log", "empirical"} & {self.input_len.kind, self.output_len.kind} and not self.requests_log:

@@ -106,8 +106,10 @@ class RequestSource:
     """Request ``i`` of the run, deterministic in (seed, i) so every worker process agrees.
     Built once by the orchestrator and pickled to the workers."""
 
-    def __init__(self, cfg: BenchConfig, model: str, ignore_eos: bool, log: Sequence[LogRequest] = ()):
+    def __init__(self, cfg: BenchConfig, model: str, ignore_eos: bool, log: Sequence[LogRequest] = (),
+                 exact=None):
         self.cfg = cfg
+        self.exact = exact  # an ExactPrompts (--prompt-length exact), else words ≈ tokens
         self.model = model
         self.ignore_eos = ignore_eos
         self.log = list(log)
@@ -130,7 +132,10 @@ class RequestSource:
             messages, prompt, hint = rec.messages, rec.prompt, rec.prompt_tokens or _estimate(rec)
         else:
             n = _draw(cfg.input_len, rng, self.empirical_in, None)
-            prompt = "".join(" " + w for w in rng.choices(_WORDS, k=n)).lstrip()
+            if self.exact is not None:
+                prompt = self.exact.text(n, rng)
+            else:
+                prompt = "".join(" " + w for w in rng.choices(_WORDS, k=n)).lstrip()
             messages, hint = None, n
         body: dict = {"model": self.model, "max_tokens": out_len, "stream": cfg.stream}
         if cfg.endpoint == "chat":

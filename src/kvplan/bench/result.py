@@ -144,7 +144,8 @@ def _goodput(ok: Sequence[Record], total: int, window: Optional[float], slo: Map
 
 
 def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[str, Any], server: Mapping[str, Any],
-                 gpu: Mapping[str, Any], stop_reason: str, cpu_s: float, wall_s: float) -> BenchResult:
+                 gpu: Mapping[str, Any], stop_reason: str, cpu_s: float, wall_s: float,
+                 loop_lag: Sequence[float] = ()) -> BenchResult:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
@@ -179,6 +180,22 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
             reasons.append(f"achieved rate {achieved:.2f}/s is {ratio:.1%} of the scheduled {scheduled:.2f}/s")
     elif cfg.mode == "closed" and lag["p99"] is not None and lag["p99"] > cfg.lag_p99_limit_s:
         reasons.append(f"p99 send delay {lag['p99'] * 1e3:.1f} ms > {cfg.lag_p99_limit_s * 1e3:g} ms")
+    # Late sends have two causes: the client's own CPU is saturated (client-bound: its numbers
+    # describe the client), or the host's CPU went to other processes (host contention, e.g. the
+    # vLLM server on the same 2 cores: the client was idle, the requests still went out late).
+    # The client's CPU time per process tells them apart; the event-loop lag shows the lateness.
+    cpu_util = round(cpu_s / wall_s, 4) if wall_s > 0 else None
+    cpu_share = cpu_util / max(1, cfg.workers) if cpu_util is not None else None
+    loop = stats.summarize(loop_lag)
+    contention: list[str] = []
+    if reasons and cpu_share is not None and cpu_share < cfg.client_cpu_limit:
+        loop_txt = f", event-loop lag p99 {loop['p99'] * 1e3:.1f} ms" if loop["p99"] is not None else ""
+        contention = [f"host contention, not the load generator: {'; '.join(reasons)} with the client at "
+                      f"{cpu_share:.0%} of a core (limit {cfg.client_cpu_limit:.0%}){loop_txt}: other processes "
+                      "took the CPU; latencies are measured from each actual send"]
+        reasons = []
+    elif reasons and cpu_share is not None:
+        reasons.append(f"client CPU {cpu_share:.0%} of a core >= {cfg.client_cpu_limit:.0%}")
 
     itl_all = [g for r in ok for g in r.itls()]
     lat = {"ttft": stats.summarize([r.ttft for r in ok if r.ttft is not None]),
@@ -190,7 +207,6 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
     total = len(measured)
     slo = {s.key: s.limit for s in cfg.slo}
     goodput = _goodput(ok, total, window, slo)
-    cpu_util = round(cpu_s / wall_s, 4) if wall_s > 0 else None
     end = max([r.end for r in records if r.end is not None] + [0.0])
     timeline = _timeline(records, end)
     samples = {k: [round(v, 6) for v in stats.subsample(vals, SAMPLE_CAP, seed=i)] for i, (k, vals) in enumerate((
@@ -207,6 +223,15 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
         Check("some_requests_ok", bool(ok), len(ok), ">0"),
     ]
     error_rate = round(len(failed) / total, 6) if total else None
+    if stop_reason == "all_requests_404":
+        checks[0] = Check("run_complete", False, stop_reason, "completed",
+                          f"the first requests all got HTTP 404 and none succeeded: the server does not serve "
+                          f"model {meta.get('model') or cfg.model!r} at {cfg.path} (check --model / --endpoint)")
+    if not any(s.key == "error_rate" for s in cfg.slo) and error_rate is not None:
+        # Failed requests fail a run by default; --slo error_rate=X sets another limit.
+        checks.append(Check("error_rate", error_rate <= cfg.default_error_rate, error_rate, cfg.default_error_rate,
+                            "default limit (give --slo error_rate=X to allow some)" if error_rate > cfg.default_error_rate
+                            else ""))
     for s in cfg.slo:
         if s.key == "error_rate":
             value = error_rate
@@ -232,7 +257,9 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
               "mode": cfg.mode},
         schedule_lag_s=lag, client_bound=bool(reasons), client_bound_reasons=tuple(reasons),
         client={"workers": cfg.workers, "cpu_s": round(cpu_s, 3), "wall_s": round(wall_s, 3),
-                "cpu_utilization": cpu_util},
+                "cpu_utilization": cpu_util, "cpu_share_per_process": None if cpu_share is None else round(cpu_share, 4),
+                "cpu_limit": cfg.client_cpu_limit, "loop_lag_s": loop, "host_contention": bool(contention),
+                "host_contention_reasons": contention},
         latency_s=lat,
         throughput={"window_s": round(window, 6) if window else None,
                     "requests_per_s": round(len(ok) / window, 6) if window else None,

@@ -66,6 +66,11 @@ def discover(cfg: BenchConfig) -> tuple[str, Optional[str]]:
         raise ServerUnavailable(f"cannot list models at {cfg.base_url}/v1/models: {exc}") from None
     models = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id")] if isinstance(data, dict) else []
     if cfg.model:
+        if models and all(m["id"] != cfg.model for m in models):
+            # vLLM would answer 404 ("The model `X` does not exist.") to every request: fail fast.
+            served = ", ".join(m["id"] for m in models[:10])
+            raise ServerUnavailable(f"--model {cfg.model} is not served at {cfg.base_url} (it serves: {served}); "
+                                    "every request would get HTTP 404: fix --model, or omit it to use the first")
         owner = next((m.get("owned_by") for m in models if m["id"] == cfg.model), None)
         return cfg.model, owner
     if not models:
@@ -81,7 +86,18 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
     if cfg.requests_log:
         limit = cfg.max_requests if cfg.replay and cfg.max_requests else None
         log, account = read_log_requests([cfg.requests_log], limit=limit)
-    source = RequestSource(cfg, model, ignore_eos, log)
+    exact = None
+    if cfg.prompt_length == "exact":
+        from ..workload.tokenizer import ChatTokenizer
+        from .exact_prompts import measure
+        from .prompts import _WORDS
+
+        tok = ChatTokenizer.from_path(cfg.tokenizer) if cfg.tokenizer else ChatTokenizer.for_model(model)
+        if tok is None:
+            raise UsageError(f"--prompt-length exact needs the model's tokenizer: none found for {model} offline; "
+                             "give --tokenizer DIR")
+        exact = measure(tok, cfg.endpoint, _WORDS)
+    source = RequestSource(cfg, model, ignore_eos, log, exact)
     offsets = None
     if cfg.replay:
         from .arrivals import replay_schedule
@@ -90,7 +106,10 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
             offsets = replay_schedule(source.timestamps(), cfg.replay_speed)
         except ValueError as exc:
             raise UsageError(f"--replay: {exc}") from None
-    info = {"model": model, "server_owner": owner, "ignore_eos": ignore_eos, "requests_log": account}
+    info = {"model": model, "server_owner": owner, "ignore_eos": ignore_eos, "requests_log": account,
+            "prompt_length": exact.to_dict() if exact else {"mode": "words",
+                                                             "note": "N one-token words; the server adds the chat "
+                                                                     "template / BOS (see usage.prompt_tokens)"}}
     return source, offsets, info
 
 
@@ -140,6 +159,7 @@ class Bench:
         self.scraper = ServerScraper(cfg.base_url, cfg.scrape_interval_s, headers)
         self.gpu: Optional[GpuSampler] = None
         self.gpu_notice: Optional[str] = None
+        self._loop_lag: list = []
 
     def run(self) -> tuple[BenchResult, list]:
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -154,11 +174,12 @@ class Bench:
         else:
             self.gpu_notice = "GPU telemetry skipped: the server is not on this host"
         records, stop_reason, cpu_s, wall_s = asyncio.run(self._main())
+        loop_lag, self._loop_lag = self._loop_lag, []
         records.sort(key=lambda r: (r.scheduled, r.i))
         meta = {"started_at": started, "kvplan_version": _version(), **self.info}
         result = build_result(self.cfg, records, meta=meta, server=self.scraper.to_dict(),
                               gpu={"active": bool(self.gpu and self.gpu.active), "notice": self.gpu_notice},
-                              stop_reason=stop_reason, cpu_s=cpu_s, wall_s=wall_s)
+                              stop_reason=stop_reason, cpu_s=cpu_s, wall_s=wall_s, loop_lag=loop_lag)
         return result, records
 
     async def _main(self):
@@ -208,6 +229,7 @@ class Bench:
                     await asyncio.gather(scr, return_exceptions=True)
                     prog.cancel()
                 records, cpu_s = out.records, time.process_time() - cpu0
+                self._loop_lag = out.loop_lag
             else:
                 records, cpu_s, t0 = await self._multi(n, stop, shared_stop, session, scrape_stop, t_base)
                 cpu_s += time.process_time() - cpu0  # the workers' CPU plus this process' own
@@ -278,6 +300,7 @@ class Bench:
             stop.set("worker_failed")
             self.info = {**self.info, "worker_failures": failures}
         records = [r for o in outs for r in o.records]
+        self._loop_lag = [x for o in outs for x in o.loop_lag]
         return records, sum(o.cpu_s for o in outs), t0
 
     async def _ray(self, n, stop, session, scrape_stop, t_base):

@@ -23,7 +23,9 @@ from .client import Record, execute
 from .config import BenchConfig
 from .prompts import RequestSource
 
-REASONS = ("", "interrupted", "server_unreachable", "worker_failed")
+REASONS = ("", "interrupted", "server_unreachable", "worker_failed", "all_requests_404")
+NOT_FOUND_AFTER = 5  # requests answered 404 with none ok: the model is not served (a wrong --model)
+LOOP_PROBE_S = 0.02  # the event-loop lag probe's period
 SPIN_S = 0.001  # the last millisecond before a send is spent yielding, not sleeping (see _sleep_until)
 
 
@@ -78,6 +80,7 @@ class WorkerOutput:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     worker: int = 0
+    loop_lag: list = field(default_factory=list)  # event-loop lag samples (s): how late a timer fired
 
 
 def global_schedule(plan: WorkerPlan) -> Iterator[float]:
@@ -111,6 +114,7 @@ class _Worker:
         self.timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
         self.refused_since: Optional[float] = None
         self.refused_count = 0
+        self.not_found = 0
         self.session: Optional[aiohttp.ClientSession] = None
         # Each request in flight holds a socket: stay under the open-file limit, or requests would
         # fail with EMFILE and look like server errors. Waiting at the cap shows up as schedule lag.
@@ -151,6 +155,12 @@ class _Worker:
                     self.stop.set("server_unreachable")
             elif rec.error != "cancelled":
                 self.refused_since, self.refused_count = None, 0
+            if rec.error == "http_404":
+                # Every request answered 404 and none ok: the server does not serve this model (or
+                # path). Stop at once instead of sending 404s for the whole duration.
+                self.not_found += 1
+                if self.not_found >= NOT_FOUND_AFTER and c.ok == 0:
+                    self.stop.set("all_requests_404")
 
     def _spawn(self, i: int, scheduled: float, spec) -> None:
         t = asyncio.ensure_future(self._one(i, scheduled, spec))
@@ -274,5 +284,21 @@ async def run_worker(plan: WorkerPlan, t0: float, stop: StopFlag, counters: Coun
     """Run one worker to its end. ``t0`` is the monotonic time of offset 0."""
     cpu0, wall0 = time.process_time(), time.monotonic()
     w = _Worker(plan, t0, stop, counters)
-    await w.run()
-    return WorkerOutput(w.records, time.process_time() - cpu0, time.monotonic() - wall0, plan.worker)
+    lags: list[float] = []
+    probe = asyncio.ensure_future(_probe_loop_lag(lags))
+    try:
+        await w.run()
+    finally:
+        probe.cancel()
+    return WorkerOutput(w.records, time.process_time() - cpu0, time.monotonic() - wall0, plan.worker, lags)
+
+
+async def _probe_loop_lag(out: list) -> None:
+    """How late a timer of :data:`LOOP_PROBE_S` fires: the event loop's own lag. High with the
+    client's CPU busy (the loop has too much to do) or with the host's CPU taken by another
+    process (the loop is not scheduled); the client's CPU time tells the two apart."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(LOOP_PROBE_S)
+        out.append(max(0.0, loop.time() - t - LOOP_PROBE_S))

@@ -52,7 +52,18 @@ def bench_cmd(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run the --workers as Ray actors on this "
                                               "cluster (extra kvplan[ray]; 'local' starts a private one)."),
     max_inflight: int = typer.Option(20000, "--max-inflight", help="Open-loop cap on requests in flight (per worker)."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,e2e_p99=30s,error_rate=0."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,e2e_p99=30s,error_rate=0.01 "
+                                      "(without error_rate any failed request fails the run)."),
+    prompt_length: str = typer.Option("words", "--prompt-length", help="words: --input-len N sends N one-token words "
+                                      "(the chat template / BOS add more: 128 arrives as ~151); exact: N tokens as vLLM "
+                                      "counts them, template included (needs the tokenizer)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --prompt-length exact: the model's "
+                                            "tokenizer folder (default: the served model's, found offline)."),
+    max_lag_p50: str = typer.Option("10ms", "--max-lag-p50", help="Median schedule lag above which the run is late."),
+    max_lag_p99: str = typer.Option("50ms", "--max-lag-p99", help="P99 schedule lag above which the run is late."),
+    min_rate_ratio: float = typer.Option(0.99, "--min-rate-ratio", help="Achieved / scheduled rate below which the run is late."),
+    client_cpu_limit: float = typer.Option(0.7, "--client-cpu-limit", help="A late run with the client's CPU at or above "
+                                           "this share of a core is client-bound (FAILED); below it, host contention (warned)."),
     scrape_interval: str = typer.Option("1s", "--scrape-interval", help="How often to read the server's /metrics."),
     no_metrics: bool = typer.Option(False, "--no-metrics", help="Do not scrape /metrics."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the result JSON here."),
@@ -86,7 +97,10 @@ def bench_cmd(
             output_len=parse_length(output_len or default_len or "64", "--output-len"),
             ignore_eos=ignore_eos, seed=seed, timeout_s=parse_seconds(timeout, "--timeout"), max_inflight=max_inflight,
             scrape_interval_s=parse_seconds(scrape_interval, "--scrape-interval"), scrape_metrics=not no_metrics,
-            workers=workers, ray_address=ray_address, slo=parse_slo(slo), api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
+            workers=workers, ray_address=ray_address, slo=parse_slo(slo),
+            lag_p50_limit_s=parse_seconds(max_lag_p50, "--max-lag-p50"),
+            lag_p99_limit_s=parse_seconds(max_lag_p99, "--max-lag-p99"), min_rate_ratio=min_rate_ratio,
+            client_cpu_limit=client_cpu_limit, prompt_length=prompt_length, tokenizer=tokenizer, api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
         ).validate()
         rec_path = records or (str(records_path_for(output)) if output else None)
         if rec_path:

@@ -102,6 +102,8 @@ def lengths_cmd(
     timestamp_field: Optional[str] = typer.Option(None, "--timestamp-field", help="Arrival time field."),
     duration_field: Optional[str] = typer.Option(None, "--duration-field", help="Request duration field (_ms = ms)."),
     max_record_bytes: int = typer.Option(64 << 20, "--max-record-bytes", help="Longest line/record read."),
+    max_issues: int = typer.Option(50, "--max-issues", help="Skipped records listed with file and line in the "
+                                   "output (all are counted in records.skipped)."),
 ) -> None:
     """Token lengths of real traffic → max_model_len, max_tokens and history limits, with coverage and cost."""
     from ..workload.issues import StrictModeError
@@ -136,7 +138,7 @@ def lengths_from_flags(flags: dict, quiet: bool = False):
                           container=Container(flags["container"]).value, estimate=flags["estimate"],
                           strict=flags["strict"], fields=FieldNames(flags["session_field"], flags["timestamp_field"],
                                                                    flags["duration_field"]),
-                          max_record_bytes=flags["max_record_bytes"])
+                          max_record_bytes=flags["max_record_bytes"], max_issues=flags.get("max_issues", 50))
     opts.validate()
     model = flags["model"]
     tok = resolve_tokenizer(flags["tokenizer"], model, flags["chat_template"], quiet=quiet)

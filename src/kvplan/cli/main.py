@@ -177,12 +177,27 @@ def models_cmd(search: Optional[str] = typer.Argument(None, help="Filter by subs
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"kvplan catalog ({len(rows)} models)")
-    for col in ("id", "aliases", "params", "architecture"):
-        table.add_column(col)
+    con = Console()
+    # Ids are never cut (they are what --model takes). A narrow terminal lists the aliases under
+    # each id and drops the architecture column (--format json has everything).
+    wide = con.width >= 140
+    from rich import box
+
+    table = Table(title=f"kvplan catalog ({len(rows)} models)" + ("" if wide else "; architecture: --format json"),
+                  box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+    table.add_column("id" if wide else "id (aliases)", no_wrap=wide, overflow="fold",
+                     min_width=max((len(r["id"]) for r in rows), default=2))
+    table.add_column("params", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("aliases")
+        table.add_column("architecture")
     for r in rows:
-        table.add_row(r["id"], ", ".join(r["aliases"]), f"{r['params'] / 1e9:.2f}B", r["summary"])
-    Console().print(table)
+        params = f"{r['params'] / 1e9:.2f}B"
+        if wide:
+            table.add_row(r["id"], params, ", ".join(r["aliases"]), r["summary"])
+        else:
+            table.add_row(r["id"] + ("\n  " + ", ".join(r["aliases"]) if r["aliases"] else ""), params)
+    con.print(table)
 
 
 @app.command("gpus")
@@ -199,9 +214,12 @@ def gpus_cmd(fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="kvplan GPU catalog")
-    for col in ("name", "memory (GiB, CUDA)", "bandwidth GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect"):
-        table.add_column(col)
+    table = Table(title="kvplan GPU catalog (memory as CUDA reports it)")
+    # Names are never cut (they are what --gpu takes); the numeric headers are short.
+    table.add_column("name", no_wrap=True, min_width=max((len(r["name"]) for r in rows), default=4))
+    for col in ("GiB", "GB/s", "bf16 TFLOPS", "fp8 TFLOPS"):
+        table.add_column(col, justify="right")
+    table.add_column("interconnect", overflow="fold")
     for r in rows:
         table.add_row(r["name"], f"{r['memory_gib']:.2f}", str(r["bandwidth_gbs"] or "-"), str(r["bf16_tflops"] or "-"),
                       str(r["fp8_tflops"] or "-"), str(r["interconnect"] or "-"))

@@ -102,6 +102,10 @@ def simulate_cmd(
     except KvplanError as exc:
         _fail(exc, code=1)
     _emit(d, fmt, output, html)
+    none_done = next((c for c in d["verdict"]["checks"] if c["name"] == "completed_requests"), None)
+    if none_done is not None:
+        typer.echo(f"kvplan simulate: {none_done['reason']}; check --max-model-len and the KV cache against "
+                   "the prompt lengths", err=True)
     raise typer.Exit(0 if d["verdict"]["passed"] else 1)
 
 

@@ -206,6 +206,14 @@ def tune_cmd(
             gpus_per_node=gpus_per_node, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
         make_trace, _ = tf.traffic_maker(flags=flags, model_spec=base.model, vllm_version=vllm_version)
         trace = make_trace(rate)
+        # No length chosen: tune derives it, extending the trace until the rows that could win are judged.
+        extend = None
+        if (num_requests is None and duration is None and not requests and not flags.get("num_prompts")
+                and not flags.get("from_bench_cmd")):
+            def extend(n: int):
+                longer, _ = tf.traffic_maker(flags=dict(flags, num_requests=n), model_spec=base.model,
+                                             vllm_version=vllm_version)
+                return longer(rate)
         prof = None
         if profile:
             from ..sim import StepTimeProfile
@@ -214,7 +222,8 @@ def tune_cmd(
         from ..sim.tune import tune
 
         result = tune(base, trace, slos, space=space, objective=objective, processes=processes,
-                      ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive, reuse=not no_reuse)
+                      ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive, reuse=not no_reuse,
+                      extend_trace=extend)
         text = _render(result, fmt, top, to_file=output is not None)
         if output is not None:
             from pathlib import Path
@@ -234,8 +243,9 @@ def tune_cmd(
             reasons = ", ".join(f"{k} {n}" for k, n in result.pruned.by_reason)
             typer.echo(f"kvplan tune: no configuration of the space starts ({reasons})", err=True)
         else:
-            typer.echo(f"kvplan tune: no configuration meets the SLOs; closest: {c.label} "
-                       f"(worst SLO at {c.miss:.2f}× its limit)", err=True)
+            from ..report.tune_common import slo_cell
+
+            typer.echo(f"kvplan tune: no configuration meets the SLOs; closest: {c.label} ({slo_cell(c)})", err=True)
         raise typer.Exit(1)
 
 

@@ -294,16 +294,22 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
     util = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
     moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if quant and quant.method == "mxfp4" else None
     weights = mparams.weights_per_rank(spec, tp, pp, dtype_bytes, quant, moe_padding)
-    budgets: list[BudgetTerms] = []
-    for st in weights:
-        budgets.append(estimate_budget(
-            spec, sem, gpu.memory_bytes, util, st.bytes_per_rank, tp, pp, dtype_bytes, mnbt, mns,
-            L, len(st.layers), st.stage == pp - 1, req.enforce_eager, req.device, req.kv_cache_memory_bytes))
-    available = [b.available_kv_bytes for b in budgets]
-    if req.kv_cache_memory_per_stage is not None:
-        if len(req.kv_cache_memory_per_stage) != pp:
-            raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for {pp} pipeline stages")
-        available = list(req.kv_cache_memory_per_stage)
+    if req.kv_cache_memory_per_stage is not None and len(req.kv_cache_memory_per_stage) != pp:
+        raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for {pp} pipeline stages")
+
+    def budgets_at(length: int, batched: int) -> tuple[list[BudgetTerms], list[int]]:
+        """The memory budget of every stage when vLLM starts at ``length`` with ``batched`` tokens per
+        step, and the KV bytes it leaves: one function for the plan and each row of its capacity
+        ladder, so a row equals ``kvplan plan --max-model-len <row>``."""
+        terms = [estimate_budget(
+            spec, sem, gpu.memory_bytes, util, st.bytes_per_rank, tp, pp, dtype_bytes, batched, mns,
+            length, len(st.layers), st.stage == pp - 1, req.enforce_eager, req.device, req.kv_cache_memory_bytes)
+            for st in weights]
+        if req.kv_cache_memory_per_stage is not None:
+            return terms, list(req.kv_cache_memory_per_stage)
+        return terms, [b.available_kv_bytes for b in terms]
+
+    budgets, available = budgets_at(L, mnbt)
     source = req.kv_memory_source if req.kv_cache_memory_bytes is not None else "estimate"
     b0 = max(budgets, key=lambda b: b.weights_bytes)
 
@@ -385,7 +391,8 @@ def plan(req: PlanRequest, what_ifs: bool = True, fit_search: Optional[bool] = N
     for length in lengths:
         lm = req.max_num_batched_tokens or default_mnbt(length)
         inflight_l = (concurrent_batches * lm) if sem.sliding_window_uses_in_flight_tokens else lm
-        row = _size(layout, sem, length, lm, inflight_l, available, req.num_gpu_blocks_override)
+        row = _size(layout, sem, length, lm, inflight_l, budgets_at(length, lm)[1] if length != L else available,
+                    req.num_gpu_blocks_override)
         allowed = length <= derived_len or length <= spec.max_len_keys.get("model_max_length", 0)
         table.append(CapacityRow(length, round(row.concurrency, 4), row.tokens,
                                  allowed and sizing.num_blocks > 0 and tokens_fit(length),

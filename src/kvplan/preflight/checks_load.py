@@ -237,9 +237,16 @@ def baseline_check(baseline_path: Optional[str], run: Optional[LoadRun]) -> Chec
     cmp = compare(base, run.raw)
     d = cmp.to_dict()
     worse = [r for r in d["rows"] if r["verdict"] == "worse"]
-    evidence = [f"{r['metric']} {r['stat']}: {r['baseline']} -> {r['current']} s ({r['change']:+.1%}, CI "
-                f"[{r['ci_low']:+.1%}, {r['ci_high']:+.1%}]) {r['verdict']}" for r in d["rows"] if r["change"] is not None]
-    evidence += list(d["problems"])
+    def ci(r: dict) -> str:
+        if r["verdict"] == "n/a":
+            return r.get("note") or "not compared"
+        lo = "-100%" if r["ci_low"] is None else f"{r['ci_low']:+.1%}"
+        hi = "+inf" if r["ci_high"] is None else f"{r['ci_high']:+.1%}"
+        return f"CI [{lo}, {hi}]"
+
+    evidence = [f"{r['metric']} {r['stat']}: {r['baseline']} -> {r['current']} s ({r['change']:+.1%}, {ci(r)}) "
+                f"{r['verdict']}" for r in d["rows"] if r["change"] is not None]
+    evidence += list(d["problems"]) + list(d.get("warnings") or ())
     return CheckResult("baseline_regression", "pass" if d["passed"] else "fail", title,
                        f"{len(worse)} regressed" if worse else ("comparison invalid" if d["problems"] else "no regression"),
                        f"no quantile worse by > {d['threshold']:.0%} with its CI above 0", tuple(evidence))

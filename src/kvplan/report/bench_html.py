@@ -27,6 +27,18 @@ def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x * 1e3:,.2f}"
 
 
+def _num(x: Optional[float], digits: int = 2) -> str:
+    """A rate or throughput as people read it: 1.72, 136.7, 1,234 (never 1.723229)."""
+    if x is None:
+        return "-"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:,.1f}"
+    return f"{x:,.{digits}f}"
+
+
 def _cdf(xs: list) -> list[tuple[float, float]]:
     s = sorted(xs)
     n = len(s)
@@ -119,10 +131,10 @@ def render_html(d: dict, engine: str = "auto") -> str:
     req, rate, lag, thr = d["requests"], d["rate"], d["schedule_lag_s"], d["throughput"]
     rows = [("model", d.get("model")), ("started", d.get("started_at")), ("url", (d.get("config") or {}).get("url")),
             ("mode", rate.get("mode")), ("requests", f"{req['total']:,} ({req['ok']:,} ok, {req['failed']:,} failed)"),
-            ("rate requested / achieved", f"{rate.get('requested')} / {rate.get('achieved')} req/s"),
+            ("rate requested / achieved", f"{_num(rate.get('requested'))} / {_num(rate.get('achieved'))} req/s"),
             ("schedule lag p50 / p99", f"{_ms(lag.get('p50'))} / {_ms(lag.get('p99'))} ms"),
             ("client-bound", "yes: " + "; ".join(d.get("client_bound_reasons") or []) if d.get("client_bound") else "no"),
-            ("throughput", f"{thr.get('requests_per_s')} req/s, {thr.get('output_tokens_per_s')} output tok/s"),
+            ("throughput", f"{_num(thr.get('requests_per_s'))} req/s, {_num(thr.get('output_tokens_per_s'))} output tok/s"),
             ("tokens in / out", f"{d['tokens']['input_total']:,} / {d['tokens']['output_total']:,}"),
             ("stop reason", d.get("stop_reason"))]
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -132,7 +144,8 @@ def render_html(d: dict, engine: str = "auto") -> str:
     out.append("</table><h2>Checks</h2><table><tr><th class='l'>check</th><th>value</th><th>limit</th>"
                "<th class='l'>result</th></tr>")
     for c in v.get("checks", []):
-        out.append(f"<tr><td class='l'>{_e(c['name'])}</td><td>{_e(c['value'])}</td><td>{_e(c['limit'])}</td>"
+        val, lim = (_num(x, 4) if isinstance(x, float) else x for x in (c["value"], c["limit"]))
+        out.append(f"<tr><td class='l'>{_e(c['name'])}</td><td>{_e(val)}</td><td>{_e(lim)}</td>"
                    f"<td class='l {'pass' if c['passed'] else 'fail'}'>{'pass' if c['passed'] else 'FAIL'} "
                    f"{_e(c.get('note'))}</td></tr>")
     out.append("</table><h2>Latency (ms)</h2><table><tr><th class='l'>metric</th>"

@@ -105,6 +105,8 @@ def render_summary(d: dict, console: Optional[Console] = None) -> None:
         c.print(Text(f"server: {srv['notice']}"))
     if (d.get("gpu") or {}).get("notice"):
         c.print(Text(d["gpu"]["notice"]))
+    for note in (d.get("client") or {}).get("host_contention_reasons") or ():
+        c.print(Text(f"! {note}", style="yellow"))
     for chk in v["checks"]:
         if not chk["passed"]:
             c.print(Text(f"✗ {chk['name']}: {chk['value']}" + (f" (limit {chk['limit']})" if chk['limit'] is not None
@@ -114,16 +116,26 @@ def render_summary(d: dict, console: Optional[Console] = None) -> None:
 
 def render_compare(cmp: dict, console: Optional[Console] = None) -> None:
     c = console or Console()
-    t = Table(title=f"bench compare (threshold {cmp['threshold']:.0%}, {cmp['confidence']:.0%} CI)", show_edge=False)
+    t = Table(title=f"bench compare (threshold {cmp['threshold']:.0%}, {cmp['confidence']:.0%} family-wise CI)",
+              show_edge=False)
     for col in ("metric", "baseline ms", "current ms", "change", "CI", "verdict"):
         t.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     colors = {"worse": "red", "better": "green", "same": "", "n/a": "dim"}
     for r in cmp["rows"]:
         change = "-" if r["change"] is None else f"{r['change']:+.1%}"
-        ci = "-" if r["ci_low"] is None else f"[{r['ci_low']:+.1%}, {r['ci_high']:+.1%}]"
+        if r["verdict"] == "n/a":
+            ci = "-"
+        else:
+            lo = "-100%" if r["ci_low"] is None else f"{r['ci_low']:+.1%}"
+            hi = "+inf" if r["ci_high"] is None else f"{r['ci_high']:+.1%}"
+            ci = f"[{lo}, {hi}]"
         t.add_row(f"{r['metric'].upper()} {r['stat']}", _ms(r["baseline"]), _ms(r["current"]), change, ci,
                   Text(r["verdict"], style=colors[r["verdict"]]))
     c.print(t)
+    if cmp.get("method"):
+        c.print(Text(f"intervals: {cmp['method']} ({cmp['row_confidence']:.2%} per row)", style="dim"))
+    for w in cmp.get("warnings") or ():
+        c.print(Text(f"! {w}", style="yellow"))
     for p in cmp["problems"]:
         c.print(Text(f"✗ {p}", style="red"))
     c.print(Text("REGRESSION" if cmp["regressed"] else ("no regression" if not cmp["problems"] else "cannot pass"),

@@ -49,3 +49,14 @@ def estimate_tag(r: LengthsResult) -> str:
 DIST_ROWS = (("prompt tokens", "prompt_tokens"), ("output tokens", "output_tokens"),
              ("max_tokens asked", "max_tokens"), ("prompt + output budget", "total_tokens"),
              ("prompt + output (final KV)", "final_tokens"))
+
+
+def more_issues_line(r, shown: int) -> str:
+    """The line after the first ``shown`` issues: how many more there are, and where each count is.
+    The JSON's ``issues`` holds the first ``issues`` entries only; ``records.skipped`` counts all."""
+    rest = r.issues_total - shown
+    listed = len(r.issues)
+    if listed >= r.issues_total:
+        return f"… {rest:,} more (all {listed:,} in --format json's issues)"
+    return (f"… {rest:,} more: {r.issues_total:,} in total; --format json lists the first {listed:,} "
+            f"(--max-issues raises it) and records.skipped counts them all")

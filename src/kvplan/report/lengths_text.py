@@ -3,15 +3,24 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from ..workload.result import LengthsResult
-from .lengths_common import DIST_ROWS, counted_line, estimate_tag, pct, records_line, sparkline
+from .lengths_common import DIST_ROWS, counted_line, estimate_tag, more_issues_line, pct, records_line, sparkline
 
 
 def render_table(r: LengthsResult, console: Console | None = None) -> None:
     con = console or Console()
+    # Below 100 columns: borderless tables, and the coverage table shows shares only (the counts
+    # are in --format json), so no cell wraps into two lines.
+    narrow = con.width < 100
+
+    def Table(*args, **kw):  # noqa: N802 - the tables of this view, one style
+        from rich import box
+        from rich.table import Table as _Table
+
+        return _Table(*args, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, **kw)
+
     tok = r.inputs.get("tokenizer") or {}
     con.print(Text(f"kvplan lengths — {len(r.inputs['files'])} input(s); tokenizer: {tok.get('source', 'none')}",
                    style="bold"))
@@ -23,16 +32,18 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
     if r.issues:
         lines = "\n".join(f"{i.file}:{i.line}: {i.message} [{i.reason}]" if i.line else
                           f"{i.file}: {i.message} [{i.reason}]" for i in r.issues[:10])
-        more = f"\n… {len(r.issues) - 10} more (see --format json)" if len(r.issues) > 10 else ""
+        more = f"\n{more_issues_line(r, 10)}" if r.issues_total > 10 else ""
         con.print(Panel(lines + more, title="skipped", border_style="yellow"))
     t = Table(title="token lengths" + estimate_tag(r))
-    for col in ("", "count", "mean", "P50", "P90", "P95", "P99", "P99.9", "max"):
-        t.add_column(col, justify="right" if col else "left")
+    # Below 100 columns the mean goes (--format json has it): every number keeps its width.
+    stats_cols = ("P50", "P90", "P95", "P99", "P99.9", "max")
+    for col in ("", "count") + (() if narrow else ("mean",)) + stats_cols:
+        t.add_column(col, justify="right" if col else "left", no_wrap=bool(col), min_width=None if col else 13)
     for label, key in DIST_ROWS:
         p = getattr(r, key)
         if p.count:
-            t.add_row(label, f"{p.count:,}", f"{p.mean:,.0f}", *(f"{getattr(p, k):,}" for k in
-                                                                ("p50", "p90", "p95", "p99", "p999", "max")))
+            t.add_row(label, f"{p.count:,}", *(() if narrow else (f"{p.mean:,.0f}",)),
+                      *(f"{getattr(p, k):,}" for k in ("p50", "p90", "p95", "p99", "p999", "max")))
     con.print(t)
     for name, label in (("prompt_tokens", "prompt tokens"), ("total_tokens", "prompt + budget")):
         h = r.histograms.get(name)
@@ -54,10 +65,15 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
         body.append(rec.outliers_reason)
     con.print(Panel(body, title=f"recommendations (P{rec.percentile:g})" + estimate_tag(r), border_style="green"))
     if r.coverage:
-        cov = Table(title="coverage: what vLLM 0.33 does with this traffic at each max_model_len")
+        cov = Table(title="coverage: what vLLM 0.33 does with this traffic at each max_model_len"
+                    + (" (share of requests)" if narrow else ""))
         for col in ("max_model_len", "", "rejected", "clamped", "truncated", "fit"):
-            cov.add_column(col, justify="right")
+            cov.add_column(col, justify="right", no_wrap=True)
         for c in r.coverage:
+            if narrow:
+                cov.add_row(f"{c.max_model_len:,}", c.label, *(f"{x:.1%}" for x in (
+                    c.rejected_share, c.clamped_share, c.truncated_share, c.fits_share)))
+                continue
             cov.add_row(f"{c.max_model_len:,}", c.label, f"{c.rejected:,} ({pct(c.rejected_share)})",
                         f"{c.clamped:,} ({pct(c.clamped_share)})", f"{c.truncated:,} ({pct(c.truncated_share)})",
                         f"{c.fits:,} ({pct(c.fits_share)})")

@@ -7,6 +7,7 @@ only, like every other preflight renderer.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import bench_svg
@@ -34,14 +35,23 @@ def _val(v: Any) -> str:
     return str(v)
 
 
+_LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{4,})(?![\w.])")
+
+
+def _tidy(text: Any) -> str:
+    """Evidence text from the checks, with raw floats rounded for reading (4.760278 -> 4.76):
+    the JSON keeps the exact values."""
+    return _LONG_FLOAT.sub(lambda m: f"{float(m.group(1)):.4g}", "" if text is None else str(text))
+
+
 def _check_rows(d: dict) -> list[str]:
     out = ["<table id='checks'><tr><th class='l'>check</th><th class='l'>status</th><th>measured</th>"
            "<th>threshold</th><th class='l'>evidence</th><th class='l'>fix (predicted effect)</th></tr>"]
     for c in d["checks"]:
         sim = "<span class='sim'>simulated</span>" if c.get("simulated") else ""
-        ev = "".join(f"<li>{_e(x)}</li>" for x in c.get("evidence") or [])
-        fx = "".join(f"<li><code>{_e(f['change'])}</code>: {_e(f['effect'])}"
-                     f"{(' <em>(cost: ' + _e(f.get('cost')) + ((', ' + _e(f['price'])) if f.get('price') else '') + ')</em>') if f.get('cost') else ''}"
+        ev = "".join(f"<li>{_e(_tidy(x))}</li>" for x in c.get("evidence") or [])
+        fx = "".join(f"<li><code>{_e(f['change'])}</code>: {_e(_tidy(f['effect']))}"
+                     f"{(' <em>(cost: ' + _e(f.get('cost')) + ((', ' + _e(_tidy(f['price']))) if f.get('price') else '') + ')</em>') if f.get('cost') else ''}"
                      "</li>" for f in c.get("fixes") or [])
         out.append(f"<tr class='check' data-id='{_e(c['id'])}' data-status='{_e(c['status'])}'>"
                    f"<td class='l'><b>{_e(c['id'])}</b>{sim}<br><span class='muted'>{_e(c.get('title'))}</span></td>"
@@ -76,7 +86,7 @@ def _plots(d: dict) -> list[str]:
             parts.append(bench_svg.line_chart(
                 [("P50 prompt", [(t["turn"], t["p50"]) for t in turns]), ("P99 prompt", [(t["turn"], t["p99"]) for t in turns]),
                  ("room", [(turns[0]["turn"], room), (turns[-1]["turn"], room)])],
-                f"Multi-turn growth: prompt tokens by turn (room {room:,})", "turn", "tokens"))
+                f"Multi-turn growth: prompt tokens by turn (room {room:,})", "turn", "tokens", integer_x=True))
     load = sec.get("load")
     if load:
         tag = " (simulated)" if load.get("simulated") else ""
@@ -113,7 +123,9 @@ def render_html(d: dict) -> str:
         out.append("<div class='banner'><b>Dry run:</b> no server was started or measured. Load checks marked "
                    "<span class='sim'>simulated</span> come from kvplan's simulator, not from vLLM.</div>")
     for n in d.get("notes") or []:
-        out.append(f"<p class='muted'>{_e(n)}</p>")
+        if d.get("dry_run") and str(n).lower().startswith("dry run"):
+            continue  # the banner above says it once
+        out.append(f"<p class='muted'>{_e(_tidy(n))}</p>")
     out.append("<h2>Checks</h2>")
     out += _check_rows(d)
     out.append("<h2>Plots</h2><div class='grid' id='plots'>")

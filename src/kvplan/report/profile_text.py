@@ -26,7 +26,13 @@ def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Option
     from rich.markup import escape
     from rich.table import Table
 
+    from rich import box
+
     console = Console(file=file, width=width, highlight=False)
+    # Below 100 columns: borderless tables, and the probes keep the columns that say whether the
+    # plan held (--format json has the per-request block arithmetic too).
+    narrow = console.width < 100
+    style = box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD
     verdict = "MATCHES THE PLAN" if r.ok else "DOES NOT MATCH"
     console.print(f"[bold]kvplan profile[/bold] {escape(r.base_url)} · {escape(r.model)} · vLLM "
                   f"{escape(r.vllm_version or '?')} — [{'green' if r.ok else 'bold red'}]{verdict}[/]")
@@ -38,7 +44,7 @@ def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Option
                       f"ready after {r.launched.get('startup_seconds') or 0:.0f} s")
     if r.startup.get("kv_line"):
         console.print(f"start-up log: {escape(r.startup['kv_line'])}")
-    checks = Table(title="measured vs planned")
+    checks = Table(title="measured vs planned", box=style)
     for col in ("check", "status", "measured", "planned", "tolerance"):
         checks.add_column(col, justify="right" if col in ("measured", "planned") else "left")
     for c in r.checks:
@@ -48,15 +54,19 @@ def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Option
     for c in r.checks:
         console.print(f"  [{_STYLE.get(c.status, '')}]{escape(c.id)}[/]: {escape(c.evidence)}")
     # blocks: measured in use; ceil: ceil(tokens / block_size) per request; reserve: max_model_len / block_size
-    steps = Table(title="probes (scraped while the requests ran)")
-    for col in ("step", "requests", "tokens", "KV peak", "blocks", "ceil/req", "reserve/req", "running", "waiting",
-                "s"):
-        steps.add_column(col, justify="left" if col == "step" else "right")
+    steps = Table(title="probes (scraped while the requests ran)", box=style)
+    cols = ["step", "requests", "tokens", "KV peak", "blocks", "ceil/req", "reserve/req", "running", "waiting", "s"]
+    if narrow:
+        cols = ["step", "requests", "tokens", "KV peak", "blocks", "ceil/req", "running", "s"]
+    for col in cols:
+        steps.add_column(col, justify="left" if col == "step" else "right", no_wrap=col != "step")
     for st in r.steps:
-        steps.add_row(st.name, str(st.requests), f"{st.prompt_tokens:,}+{st.max_tokens}",
-                      "-" if st.peak_kv_usage is None else f"{st.peak_kv_usage:.3%}", _fmt(st.measured_kv_blocks),
-                      str(st.expected_kv_blocks_per_request), str(st.max_model_len_blocks), _fmt(st.peak_running),
-                      _fmt(st.peak_waiting), f"{st.seconds:.1f}")
+        cells = {"step": st.name, "requests": str(st.requests), "tokens": f"{st.prompt_tokens:,}+{st.max_tokens}",
+                 "KV peak": "-" if st.peak_kv_usage is None else f"{st.peak_kv_usage:.3%}",
+                 "blocks": _fmt(st.measured_kv_blocks), "ceil/req": str(st.expected_kv_blocks_per_request),
+                 "reserve/req": str(st.max_model_len_blocks), "running": _fmt(st.peak_running),
+                 "waiting": _fmt(st.peak_waiting), "s": f"{st.seconds:.1f}"}
+        steps.add_row(*(cells[c] for c in cols))
     console.print(steps)
     console.print("blocks = KV blocks in use at the peak; ceil/req = ceil(tokens / block_size); reserve/req = the "
                   "blocks a max_model_len reservation would take")

@@ -107,6 +107,8 @@ def check_rows(d: dict) -> list[list[str]]:
         name = c["name"]
         if name in ("error_rate", "goodput_ratio"):
             shown, lim = num(val, "{:.2%}"), num(c["limit"], "{:.2%}")
+        elif name == "completed_requests":
+            shown, lim = f"{val:,}", f"at least {c['limit']:,}"
         else:
             shown, lim = duration(val), duration(c["limit"])
         rows.append([name, shown, lim, "ok" if c["passed"] else "MISSED"])

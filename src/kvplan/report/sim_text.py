@@ -18,6 +18,8 @@ def render_table(d: dict, console: Optional[Console] = None) -> None:
         head.add_row(k, Text(v))
     passed = d["verdict"]["passed"]
     title = "kvplan simulate" + ("" if not d["verdict"]["checks"] else (": SLO met" if passed else ": SLO MISSED"))
+    if any(c["name"] == "completed_requests" for c in d["verdict"]["checks"]):
+        title = "kvplan simulate: NO REQUEST COMPLETED"
     c.print(Panel(head, title=title, border_style="green" if passed else "red", expand=False))
     lat = Table(title="predicted latency", show_edge=False)
     lat.add_column("metric", no_wrap=True)

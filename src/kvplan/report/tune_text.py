@@ -23,9 +23,13 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
     con.print(escape(headline(r)))
     con.print(escape(pruned_text(r)))
     lat = r.pareto_latency
-    t = Table(title=f"Top {min(top, len(r.rows))} of {len(r.rows)} (★ = Pareto front: tok/s/GPU vs {lat})")
+    from rich import box
+
     # A narrow terminal gets the columns that decide the ranking; --format json/markdown has all.
     wide = con.width >= 150
+    narrow = con.width < 100
+    t = Table(title=f"Top {min(top, len(r.rows))} of {len(r.rows)} (★ = Pareto front: tok/s/GPU vs {lat})",
+              box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     cols = [("#", "right", lambda row: f"{row.rank}{'★' if row.pareto else ''}"),
             ("configuration", "left", lambda row: escape(config_cell(row))),
             ("seqs", "right", lambda row: str(row.flags["max_num_seqs"]))]
@@ -43,8 +47,13 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
         cols += [("E2E p99", "right", lambda row: seconds(row.metric("e2e_p99"))),
                  ("preempt", "right", lambda row: str(row.preemptions))]
     cols += [("SLO", "left", lambda row: escape(slo_cell(row)))]
+    # The configuration wraps between its words but never below its longest one (the GPU name):
+    # at 80 columns rich would otherwise squeeze it to nothing.
+    shown = r.rows[:top]
+    cfg_min = max((len(word) for row in shown for word in config_cell(row).split()), default=13)
     for name, just, _ in cols:
-        t.add_column(name, justify=just, no_wrap=name != "configuration")
+        t.add_column(name, justify=just, no_wrap=name != "configuration",
+                     min_width=cfg_min if name == "configuration" else None)
     for row in r.rows[:top]:
         t.add_row(*(cell(row) for _, _, cell in cols), style=None if row.meets_slo else "dim")
     if r.rows:

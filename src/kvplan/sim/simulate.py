@@ -188,6 +188,11 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
             value = res_lat.get(metric, {}).get(stat)
         passed = value is not None and (value >= s.limit if s.lower_bound else value <= s.limit)
         checks.append({"name": s.key, "passed": passed, "value": value, "limit": s.limit})
+    if reqs and not done:
+        # Nothing completed: no latency to report, and a run that serves nobody never passes.
+        why = ", ".join(f"{k} {v:,}" for k, v in sorted(engine.rejected_reasons.items())) or "none completed"
+        checks.append({"name": "completed_requests", "passed": False, "value": 0, "limit": 1,
+                       "reason": f"no request completed: {engine.rejected:,} of {len(reqs):,} rejected ({why})"})
     per = None
     if per_request:
         per = tuple({"i": r.i, "arrival": _r(r.arrival), "status": _STATUS[r.status], "prompt_tokens": r.P,
@@ -282,6 +287,11 @@ def saturation(engine: Engine, trace: Trace) -> dict:
         return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
                 "in_system_slope_per_s": None, "max_waiting": engine.max_waiting,
                 "max_sustainable_rate_estimate": None, "reason": "too few arrivals to judge"}
+    if not any(r.status == DONE for r in reqs):
+        return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
+                "in_system_slope_per_s": None, "max_waiting": engine.max_waiting,
+                "max_sustainable_rate_estimate": None,
+                "reason": "no request completed (every one was rejected): nothing to judge"}
     a0, a1 = arrivals[0], arrivals[-1]
     offered = (len(arrivals) - 1) / (a1 - a0)
     mid = a0 + (a1 - a0) / 2

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..errors import UsageError
 from .tune_exec import Runner, choose_backend
@@ -23,7 +23,8 @@ from .tune_reuse import can_stand_for, family_key, trace_shares_prefixes
 from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
                         pareto_latency_key, rank_key)
 from .tune_share import ShareOutcome, combine_shares, simulate_share
-from .tune_space import OBJECTIVES, Candidate, Pruned, TuneSpace, expand
+from .tune_space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
+                         recommended_max_model_len)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 
-__all__ = ["TuneSpace", "TuneRow", "TuneResult", "tune", "goodput_per_gpu_bound", "OBJECTIVES"]
+__all__ = ["TuneSpace", "TuneRow", "TuneResult", "tune", "search", "goodput_per_gpu_bound", "OBJECTIVES"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,12 @@ class TuneRow:
     pareto: bool = False
     reused_from: Optional[str] = None  # the simulated configuration whose run stands for this one
     saturated: Optional[bool] = None  # backlog grows without bound (None: the trace is too short to tell)
+    saturation_reason: str = ""  # the saturation detector's words for this row
+
+    @property
+    def judged(self) -> bool:
+        """The saturation detector could decide (a row it could not judge never meets the SLOs)."""
+        return self.saturated is not None
 
     def metric(self, key: str) -> Optional[float]:
         metric, _, stat = key.partition("_")
@@ -73,7 +80,8 @@ class TuneRow:
                 "requests": dict(self.requests), "throughput": dict(self.throughput),
                 "latency_s": {k: dict(v) for k, v in self.latency_s.items()}, "preemptions": self.preemptions,
                 "kv": dict(self.kv), "profile": self.profile, "serve_command": self.serve_command,
-                "pareto": self.pareto, "reused_from": self.reused_from, "saturated": self.saturated}
+                "pareto": self.pareto, "reused_from": self.reused_from, "saturated": self.saturated,
+                "saturation_reason": self.saturation_reason}
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,7 @@ class TuneResult:
     base: dict = field(default_factory=dict)
     #: per GPU of the space: the step-time model its rows stand on and its measured error
     clock: dict = field(default_factory=dict)
+    default_max_model_len: Optional[int] = None  # what the space's default length resolved to
 
     @property
     def winner(self) -> Optional[TuneRow]:
@@ -119,6 +128,7 @@ class TuneResult:
             "schema_version": SCHEMA_VERSION, "kind": "kvplan.tune", "objective": self.objective,
             "slo": {k: v for k, v in self.slos}, "trace": dict(self.trace), "base": dict(self.base),
             "space": dict(self.space), "workload_max_model_len": self.workload_max_model_len,
+            "default_max_model_len": self.default_max_model_len,
             "combinations": self.combinations, "pruned": self.pruned.to_dict(), "simulated": self.simulated,
             "reused": self.reused, "skipped": self.skipped,
             "ok": self.ok, "winner": w.to_dict() if w else None,
@@ -131,10 +141,119 @@ class TuneResult:
         }
 
 
+# A trace judges a configuration when its arrivals span several of that configuration's E2E times
+# (the saturation detector needs the second half of the arrivals to start after the engine filled,
+# one median E2E in, and then a fifth of the span to fit a slope): five median E2Es leave margin.
+JUDGE_E2E_SPANS = 5.0
+MAX_DERIVED_REQUESTS = 20_000  # the longest trace a derived length grows to (simulation cost)
+DERIVED_ROUND = 500  # derived lengths are rounded up to a multiple of this
+
+
 def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
          objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
          profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
-         exhaustive: bool = False, reuse: bool = True) -> TuneResult:
+         exhaustive: bool = False, reuse: bool = True,
+         extend_trace: Optional[Callable[[int], Any]] = None, judge_saturation: bool = True) -> TuneResult:
+    """Search ``space`` for the best configuration on ``trace`` (see :func:`search`).
+
+    A row the saturation detector could not judge (the trace ends while the engine still fills)
+    never meets the SLOs: its percentiles may be optimistic. With ``extend_trace`` (``n`` ->
+    the same traffic with ``n`` requests; the CLI passes it when the user did not choose the
+    length) the length is derived from the configurations instead: while some unjudged row would
+    otherwise meet the SLOs and rank above the winner, the whole search runs again on a trace whose
+    arrivals span :data:`JUDGE_E2E_SPANS` times the slowest such row's median E2E (at least twice
+    as many requests, rounded up to :data:`DERIVED_ROUND`, at most :data:`MAX_DERIVED_REQUESTS`).
+    Every row of the result comes from the same (last) trace.
+
+    ``judge_saturation=False`` (API only; the CLI never turns it off) ranks on the trace's
+    percentiles alone, for a finite burst that has no rate to carry."""
+    kwargs = dict(space=space, objective=objective, processes=processes, ray_address=ray_address, profile=profile,
+                  all_replicas=all_replicas, exhaustive=exhaustive, reuse=reuse, judge_saturation=judge_saturation)
+    t0 = time.perf_counter()
+    result = search(base, trace, slos, **kwargs)
+    rounds: list[dict] = []
+    while extend_trace is not None:
+        blocking = unjudged_contenders(result)
+        n = len(trace.requests)
+        want = requests_to_judge(trace, blocking)
+        if not blocking or want is None or n >= MAX_DERIVED_REQUESTS:
+            break
+        new_n = min(MAX_DERIVED_REQUESTS, max(want, 2 * n))
+        rounds.append({"requests": n, "unjudged": len(blocking),
+                       "median_e2e_s": round(max(r.metric("e2e_p50") or 0.0 for r in blocking), 3),
+                       "arrival_span_s": round(_span(trace), 3), "extended_to": new_n})
+        trace = extend_trace(new_n)
+        result = search(base, trace, slos, **kwargs)
+    return _with_length_notes(result, trace, rounds, derived=extend_trace is not None,
+                              elapsed=time.perf_counter() - t0)
+
+
+def unjudged_contenders(result: TuneResult) -> list[TuneRow]:
+    """Rows the detector could not judge that would otherwise meet every SLO and rank above the
+    winner (or there is none): a longer trace could change the answer."""
+    w = result.winner
+    out = []
+    for r in result.rows:
+        if r.judged or any(not c.passed for c in r.checks if c.key != "saturation_judged"):
+            continue
+        if w is None or _would_rank_above(r, w, result):
+            out.append(r)
+    return out
+
+
+def _would_rank_above(r: TuneRow, w: TuneRow, result: TuneResult) -> bool:
+    lat_r, lat_w = r.metric(result.pareto_latency), w.metric(result.pareto_latency)
+    def key(row, lat):
+        return rank_key(result.objective, True, row.goodput_per_gpu, lat, row.gpus, 0.0, 0)[:-1]
+    return key(r, lat_r) <= key(w, lat_w)
+
+
+def requests_to_judge(trace, rows: Sequence[TuneRow]) -> Optional[int]:
+    """Requests at the trace's rate whose arrivals span :data:`JUDGE_E2E_SPANS` × the slowest
+    row's median E2E, rounded up to :data:`DERIVED_ROUND` (None: no rate or no E2E to go by)."""
+    span = _span(trace)
+    rate = (len(trace.requests) - 1) / span if span > 0 else None
+    e2e = max((r.metric("e2e_p50") or 0.0 for r in rows), default=0.0)
+    if not rate or e2e <= 0:
+        return None
+    n = math.ceil(rate * JUDGE_E2E_SPANS * e2e)
+    return -(-n // DERIVED_ROUND) * DERIVED_ROUND
+
+
+def _span(trace) -> float:
+    reqs = trace.requests
+    return reqs[-1].arrival_s - reqs[0].arrival_s if len(reqs) > 1 else 0.0
+
+
+def _with_length_notes(result: TuneResult, trace, rounds: list[dict], *, derived: bool,
+                       elapsed: float) -> TuneResult:
+    notes = list(result.notes)
+    info = dict(result.trace, length="derived" if derived else "given", extended=rounds)
+    for rd in rounds:
+        notes.append(f"trace length derived: {rd['requests']:,} requests ({rd['arrival_span_s']:.0f} s of arrivals) "
+                     f"could not judge {rd['unjudged']} contending configuration(s) (median E2E up to "
+                     f"{rd['median_e2e_s']:.1f} s); ran again on {rd['extended_to']:,} requests")
+    unjudged = [r for r in result.rows if any(c.key == "saturation_judged" for c in r.checks)]
+    if unjudged:
+        contenders = unjudged_contenders(result)
+        want = requests_to_judge(trace, contenders or unjudged)
+        hint = (f"--num-requests {want}" if want else "a longer trace (--num-requests / --duration)")
+        why = unjudged[0].saturation_reason or "the trace ends while the engine is still filling"
+        ranks = ", ".join(f"#{r.rank}" for r in unjudged[:8]) + (" …" if len(unjudged) > 8 else "")
+        if derived and len(trace.requests) >= MAX_DERIVED_REQUESTS and contenders:
+            tail = f"the derived length stops at {MAX_DERIVED_REQUESTS:,} requests"
+        else:
+            tail = f"rerun with {hint} to judge them"
+        notes = [n for n in notes if "could not be judged for saturation" not in n]
+        notes.append(f"{len(unjudged)} configuration(s) could not be judged for saturation ({ranks}) and cannot "
+                     f"win: {why}; {tail}")
+    return replace(result, trace=info, notes=tuple(notes), elapsed_s=elapsed)
+
+
+def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
+           objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
+           profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
+           exhaustive: bool = False, reuse: bool = True, judge_saturation: bool = True) -> TuneResult:
     """Search ``space`` around ``base`` for the configuration that serves ``trace`` best under
     ``slos``.
 
@@ -178,7 +297,8 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
             outcomes, reused = _simulate_level(runner, level, base, profile, all_replicas, reuse and not prefixes,
                                                max_prompt)
             rows.extend(_row(c, outcomes[c.index], slos, limits, lat_key, objective,
-                             reused[c.index].label() if c.index in reused else None) for c in level)
+                             reused[c.index].label() if c.index in reused else None, judge_saturation)
+                        for c in level)
             n_reused += len(reused)
     combos = pruned.total + pruned.duplicates + len(cands)
     rows.sort(key=lambda x: x[1])
@@ -188,6 +308,10 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     ranked = [replace(r, rank=i + 1, pareto=i in on_front) for i, r in enumerate(ranked)]
     front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
     notes: list[str] = []
+    default_len = recommended_max_model_len(floor, base) if None in space.max_model_len else None
+    if default_len is not None:
+        notes.append(f"max_model_len: the traffic needs {floor:,} tokens (prompt + output); the default tried is "
+                     f"{default_len:,} (rounded up to a multiple of {DEFAULT_LEN_MULTIPLE:,}, within the model's limit)")
     if n_reused:
         notes.append(f"{n_reused} configuration(s) took the run of a simulated one that differs only in "
                      "max_num_seqs / KV blocks the traffic never reached (reused_from; --no-reuse simulates them)")
@@ -208,11 +332,6 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     if n_sat:
         notes.append(f"{n_sat} configuration(s) cannot carry the rate: their backlog grows without bound "
                      "(check not_saturated), whatever this trace's percentiles say")
-    n_unknown = sum(1 for r in ranked if r.saturated is None)
-    if n_unknown:
-        notes.append(f"{n_unknown} configuration(s) could not be judged for saturation: the trace ends while the "
-                     "engine is still filling (saturated: null); their percentiles may be optimistic: use a trace "
-                     "several times longer than the E2E latency (--num-requests / --duration)")
     if not all_replicas and any(r.flags["data_parallel_size"] > 1 for r in ranked):
         notes.append("data parallel: one replica simulated on its round-robin share (rate / DP), throughput "
                      "× DP; percentiles are that replica's")
@@ -224,7 +343,7 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
         pareto=tuple(i + 1 for i in front),
         backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive, "reuse": reuse},
         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
-        base={"model": base.model.name, "gpu": base.gpu.name},
+        base={"model": base.model.name, "gpu": base.gpu.name}, default_max_model_len=default_len,
         clock=_clocks(cands, base, profile),
     )
 
@@ -328,7 +447,7 @@ def _trace_info(trace) -> dict[str, Any]:
 
 
 def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
-         objective: str, reused_from: Optional[str] = None) -> tuple[TuneRow, tuple]:
+         objective: str, reused_from: Optional[str] = None, judge_saturation: bool = True) -> tuple[TuneRow, tuple]:
     fleet = combine_shares(shares)
     good = count_good(fleet.ttft, fleet.tpot, fleet.e2e, limits)
     total = fleet.total
@@ -341,8 +460,11 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
     if fleet.saturated:
         # A backlog that grows without bound misses every SLO once the trace is long enough,
         # whatever this trace's percentiles say: the configuration does not carry the rate.
-        # (None, a trace that ends while the engine still fills, is reported in the notes.)
         checks = checks + (SloCheck("not_saturated", 0.0, 1.0, False),)
+    elif fleet.saturated is None and judge_saturation:
+        # The trace ended while the engine still filled: its percentiles may be optimistic, so the
+        # row cannot meet the SLOs (tune() derives a longer trace, or the notes say which to use).
+        checks = checks + (SloCheck("saturation_judged", 1.0, 0.0, False),)
     meets = all(ch.passed for ch in checks)
     miss = closeness(checks)
     gpus = c.gpus
@@ -359,7 +481,7 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
         kv={"num_gpu_blocks": c.plan.kv.num_gpu_blocks, "kv_cache_tokens": c.plan.kv.kv_cache_tokens,
             "max_concurrency": c.plan.kv.max_concurrency},
         profile=shares[0].profile, serve_command=c.plan.serve_command, reused_from=reused_from,
-        saturated=fleet.saturated,
+        saturated=fleet.saturated, saturation_reason=fleet.saturation_reason,
     )
     lat = row.metric(lat_key)
     return row, rank_key(objective, meets, row.goodput_per_gpu, lat, gpus, miss, c.index)

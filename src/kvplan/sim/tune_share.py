@@ -40,6 +40,7 @@ class ShareOutcome:
     kv_peak_blocks: int = 0  # KV blocks in use after a step, at most
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
     saturated: Optional[bool] = None  # the simulator's verdict on the replica's backlog (None: trace too short)
+    saturation_reason: str = ""  # the detector's own words (why it could or could not judge)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Fleet:
     latency: dict
     preemptions: int
     saturated: Optional[bool] = None  # True when any replica's backlog grows without bound
+    saturation_reason: str = ""  # the first unjudged (or saturated) replica's reason
 
 
 def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
@@ -81,6 +83,8 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
         latency=latency, preemptions=sum(s.preemptions for s in shares),
         saturated=True if any(s.saturated for s in shares) else (
             False if all(s.saturated is False for s in shares) else None),
+        saturation_reason=next((s.saturation_reason for s in shares if s.saturated is not False),
+                               shares[0].saturation_reason if shares else ""),
     )
 
 
@@ -127,4 +131,5 @@ def outcome_of(result, trace) -> ShareOutcome:
         preemptions=int(result.preemptions), max_waiting=int(result.engine.get("max_waiting") or 0),
         kv_peak_blocks=peak, kv_rejections=int(result.rejected_reasons.get("exceeds_kv_cache", 0)),
         saturated=(result.saturation or {}).get("saturated"),
+        saturation_reason=str((result.saturation or {}).get("reason") or ""),
     )

@@ -140,6 +140,29 @@ def workload_floor(trace: "Trace", coverage_pct: Optional[float]) -> int:
     return dist.max if coverage_pct is None or coverage_pct >= 100 else dist.quantile(coverage_pct)
 
 
+# The default max_model_len is the workload's need rounded up to a multiple of 1,024 tokens: a round
+# number ("2K", "18K"), a multiple of every power-of-two block size, and headroom for prompts a
+# little longer than the trace's (vLLM rejects any request above max_model_len). Never above the
+# model's own limit, never below the need.
+DEFAULT_LEN_MULTIPLE = 1024
+
+
+def recommended_max_model_len(need: int, base: "PlanRequest") -> int:
+    """The max_model_len tune tries by default (the space's ``None``): ``need`` rounded up to a
+    multiple of :data:`DEFAULT_LEN_MULTIPLE`, capped at the model's derived limit when that is at
+    least ``need`` (else ``need``: the plan then says why it does not start)."""
+    from ..memory.defaults import derive_max_model_len
+    from ..memory.semantics import semantics
+    from ..workload.stats import round_up
+
+    rounded = round_up(need, DEFAULT_LEN_MULTIPLE)
+    try:
+        limit, _ = derive_max_model_len(base.model, semantics(base.vllm_version, base.engine))
+    except UsageError:
+        return rounded
+    return need if limit < need else min(rounded, limit)
+
+
 def _parallel_choices(base: "PlanRequest", space: TuneSpace) -> list[tuple[int, int]]:
     """(tensor parallel, data parallel) pairs. With ``gpus``: every TP (the listed ones, else the
     powers of two) that divides GPUs / PP, DP filling the rest; without: the listed TPs (or the
@@ -163,7 +186,8 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
     from ..hardware import find_gpu
 
     gpu_list = [find_gpu(name) for name in space.gpu] if space.gpu else [base.gpu]
-    mmls = sorted({floor if m is None else m for m in space.max_model_len})
+    default_len = recommended_max_model_len(floor, base)
+    mmls = sorted({default_len if m is None else m for m in space.max_model_len})
     pairs = _parallel_choices(base, space)
     for gpu in gpu_list:
         for tp, dp in pairs:

@@ -51,6 +51,8 @@ class LengthsOptions:
             raise UsageError(f"--max-tokens must be at least 1, got {self.max_tokens}")
         if self.max_record_bytes < 1024:
             raise UsageError("--max-record-bytes must be at least 1024")
+        if self.max_issues < 0:
+            raise UsageError(f"--max-issues must not be negative, got {self.max_issues}")
 
 
 class _Book:
@@ -66,9 +68,11 @@ class _Book:
         self.files_read = 0
         self.lines_ignored = 0
         self.issues: list[Issue] = []
+        self.issues_total = 0
         self.pending: dict[int, list] = {}  # record id → [requests left, requests ok, first failure]
 
     def issue(self, issue: Issue) -> None:
+        self.issues_total += 1
         if len(self.issues) < self.opts.max_issues:
             self.issues.append(issue)
         if self.opts.strict:
@@ -174,7 +178,16 @@ def _log_wrapper(value: Any) -> Optional[str]:
     return None
 
 
-def count_batch(batch: list[tuple[int, Request]], tok: Optional[ChatTokenizer], est: Optional[Estimator]):
+def no_tokenizer_hint(model: Optional[str]) -> str:
+    """What to give when a prompt needs a tokenizer: never --model when --model was given."""
+    if model:
+        return (f"the tokenizer of --model {model} was not found (no local folder, Hugging Face cache entry or "
+                "hub access): give --tokenizer DIR or --estimate")
+    return "the model's tokenizer (--tokenizer DIR, --model ID) or --estimate"
+
+
+def count_batch(batch: list[tuple[int, Request]], tok: Optional[ChatTokenizer], est: Optional[Estimator],
+                model: Optional[str] = None):
     """[(record id, request)] → [(p, p_source, o, o_source) or RecordError], in order."""
     out: list[Any] = [None] * len(batch)
     texts: dict[bool, list[tuple[int, str]]] = {False: [], True: []}
@@ -209,8 +222,8 @@ def count_batch(batch: list[tuple[int, Request]], tok: Optional[ChatTokenizer], 
             else:
                 out[i] = RecordError("empty_prompt", "no prompt text and no token count")
         else:
-            out[i] = RecordError("no_tokenizer", "no server-reported usage: counting this prompt needs the model's "
-                                 "tokenizer (--tokenizer DIR, --model ID) or --estimate")
+            out[i] = RecordError("no_tokenizer", "no server-reported usage: counting this prompt needs "
+                                 + no_tokenizer_hint(model))
     for special, items in texts.items():
         if items:
             for (i, _), n in zip(items, tok.count_texts([t for _, t in items], add_special_tokens=special)):
@@ -252,7 +265,7 @@ def analyze_lengths(paths: list[str], tokenizer: Optional[ChatTokenizer] = None,
     batch: list[tuple[int, Request]] = []
 
     def flush() -> None:
-        for (rid, r), res in zip(batch, count_batch(batch, tokenizer, est)):
+        for (rid, r), res in zip(batch, count_batch(batch, tokenizer, est, model)):
             if isinstance(res, RecordError):
                 book.done(rid, Issue(r.file, r.line, res.reason, res.message))
                 continue

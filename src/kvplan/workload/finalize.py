@@ -247,6 +247,7 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
         records=RecordCounts(book.read, book.used, dict(book.skipped), sum(counted.values()),
                              dict(book.requests_skipped), dict(acc.shapes), book.lines_ignored),
         issues=tuple(IssueInfo(i.file, i.line, i.reason, i.message) for i in book.issues),
+        issues_total=max(book.issues_total, len(book.issues)),
         counted_by={k: counted.get(k, 0) for k in ("usage", "tokenizer", "estimate")},
         output_counted_by={k: acc.output_counted_by.get(k, 0) for k in ("usage", "tokenizer", "estimate", "unknown")},
         estimated=estimated,

@@ -21,6 +21,7 @@ RECORD_REASONS = {
     "template_error": "the chat template refused the request (vLLM would answer 400)",
     "no_prompt_logged": "a vLLM log entry without the prompt (log at DEBUG to get it)",
     "truncated_file": "the file ends in the middle of a record",
+    "max_tokens_exceeds_budget": "kvplan trim: max_tokens alone fills the budget (written, with its last turn)",
 }
 FILE_REASONS = {
     "file_not_found": "no such file",

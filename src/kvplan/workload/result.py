@@ -153,6 +153,7 @@ class LengthsResult:
     # The exact histograms behind the coverage table (name → (tokens, requests) pairs), so that
     # coverage at any other max_model_len can be computed later. Not part of the JSON output.
     exact: dict = field(default_factory=dict, repr=False, compare=False)
+    issues_total: int = 0  # every issue found; ``issues`` holds the first --max-issues of them
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -12,6 +12,8 @@ from .shapes import _int, _messages
 from .sources import expand_paths, read_items
 from .trim import trim_messages
 
+NO_ROOM = "max_tokens_exceeds_budget"  # the record's own reason (not a malformed one)
+
 
 @dataclass
 class TrimSummary:
@@ -21,6 +23,7 @@ class TrimSummary:
     unchanged: int = 0
     passed_through: int = 0  # no messages: written as they came
     not_fitting: int = 0  # even the last turn is too long: written with that turn only
+    no_room_for_output: int = 0  # max_tokens >= the budget: no prompt fits (written with the last turn)
     dropped_turns: int = 0
     dropped_messages: int = 0
     skipped: Counter = field(default_factory=Counter)
@@ -33,8 +36,10 @@ class TrimSummary:
         return ((head + "\n") if head else "") + (
             f"kvplan trim: {self.read:,} records read, {self.written:,} written: {self.trimmed:,} trimmed "
             f"({self.dropped_turns:,} turns, {self.dropped_messages:,} messages dropped), {self.unchanged:,} already "
-            f"fit, {self.not_fitting:,} do not fit even with their last turn, {self.passed_through:,} without messages "
-            f"passed through; skipped: {skipped}")
+            f"fit, {self.not_fitting:,} do not fit even with their last turn"
+            + (f" ({self.no_room_for_output:,} of them reserve max_tokens >= the budget)" if self.no_room_for_output
+               else "")
+            + f", {self.passed_through:,} without messages passed through; skipped: {skipped}")
 
 
 def run_trim(paths, tokenizer, budget: int, out: IO[str], reserve_output: Optional[int] = None,
@@ -74,7 +79,13 @@ def run_trim(paths, tokenizer, budget: int, out: IO[str], reserve_output: Option
             mt = req.get("max_completion_tokens", req.get("max_tokens"))
             reserve = reserve_output if reserve_output is not None else (_int(mt, "max_tokens") or 0)
             if reserve >= budget:
-                raise RecordError("wrong_type", f"max_tokens {reserve:,} leaves no room in a budget of {budget:,}")
+                # Not a malformed record: its output budget alone fills the context (vLLM answers 400
+                # whatever the prompt). Like any request that cannot fit, it is written with its last
+                # turn and counted; the issue line says why.
+                s.no_room_for_output += 1
+                s.issues.append(Issue(item.file, item.line, NO_ROOM,
+                                      f"max_tokens {reserve:,} leaves no room for a prompt in a budget of "
+                                      f"{budget:,}: written with its last turn only (vLLM would answer 400)"))
             res = trim_messages(msgs, budget, tokenizer, keep_system=keep_system, max_turns=max_turns,
                                 reserve_output=reserve, tools=req.get("tools") or None,
                                 **(req.get("chat_template_kwargs") or {}))
