@@ -357,24 +357,50 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     def attn_per_token(m: int) -> float:
         return tok_head_s * m * heads_total + elem_bytes_per_token * m / (bw * 0.8)
 
-    def exact_tok(m: int) -> float:
-        return layers_per_token(m) + comm_per_token(m) + attn_per_token(m)
+    def gemm_and_comm(m: int) -> float:
+        return layers_per_token(m) + comm_per_token(m)
+
+    # Measured kernel times are not monotone in m (another kernel wins at 16 rows than at 8, the
+    # padded size jumps at a capture boundary): a simulator whose step gets cheaper with more work
+    # reorders the scheduler's choices for no physical reason. The GEMM + all-reduce part is
+    # therefore the running maximum over the sizes that really run (the capture sizes with CUDA
+    # graphs, every size eager; above them a 64-token grid, linear between), which also bounds the
+    # lookups per configuration.
+    envelope: dict = {}
+    sizes_below = list(range(1, _CAPTURE[-1] + 1)) if eager else list(_CAPTURE)
+    running = 0.0
+
+    def envelope_at_or_below(limit: int) -> None:
+        nonlocal running
+        while sizes_below and sizes_below[0] <= limit:
+            size = sizes_below.pop(0)
+            running = max(running, gemm_and_comm(size))
+            envelope[size] = running
 
     grid: dict = {}
 
+    def grid_at(x: int) -> float:
+        # x a multiple of 64 above the capture sizes: the running maximum along the grid
+        value = grid.get(x)
+        if value is None:
+            below = _CAPTURE[-1]
+            if x - 64 > below:
+                below_value = grid_at(x - 64)
+            else:
+                envelope_at_or_below(below)
+                below_value = envelope[below]
+            value = grid[x] = max(below_value, gemm_and_comm(x))
+        return value
+
     def tok_fn(m: int) -> float:
-        # above the CUDA-graph sizes the time is smooth in m: exact on a 64-token grid, linear
-        # between (bounds the lookups to max_num_batched_tokens / 64 per configuration)
-        if m <= _CAPTURE[-1] or m % 64 == 0:
-            return exact_tok(m)
-        lo = m - m % 64
-        a = grid.get(lo)
-        if a is None:
-            a = grid[lo] = exact_tok(lo)
-        b = grid.get(lo + 64)
-        if b is None:
-            b = grid[lo + 64] = exact_tok(lo + 64)
-        return a + (b - a) * (m - lo) / 64.0
+        if m <= _CAPTURE[-1]:
+            size = m if eager else _pad(m)
+            if size not in envelope:
+                envelope_at_or_below(size)
+            return envelope[size] + attn_per_token(m)
+        lo = m - m % 64  # >= 512, the largest capture size, a multiple of 64
+        lo_value, hi_value = grid_at(lo), grid_at(lo + 64)
+        return lo_value + (hi_value - lo_value) * (m - lo) / 64.0 + attn_per_token(m)
 
     def lm_head(s: int) -> float:
         return gemm_t(s if eager else _pad(s), vocab_rank, d, "bfloat16") if s else 0.0
