@@ -422,7 +422,8 @@ def _preflight_memory_check(*args: str) -> dict:
 def test_preflight_at_vllms_default_utilization_passes_the_memory_check():
     c = _preflight_memory_check()  # vLLM 0.33's default 0.92 holds 92.9% of the GPU by design
     assert c["status"] == "pass" and c["measured"] == 0.9269 and not c["fixes"]
-    assert not any("alert" in e for e in c["evidence"])  # kvplan alerts writes no GPU-memory alert to cite
+    # the evidence cites only the GPU-memory alerts `kvplan alerts` writes (issue 17's DCGM rules)
+    assert any("GpuMemoryAboveVllmBudget" in e for e in c["evidence"])
     c = _preflight_memory_check("--gpu-memory-utilization", "0.99")
     assert c["status"] == "warn"
     fix = c["fixes"][0]

@@ -147,7 +147,16 @@ def test_memory_rule_is_peak_within_the_budget_not_a_share_of_the_gpu():
                gpu_memory_utilization=0.92)
     c = checks_static.check_plan_memory(plan(req), req, None)
     assert c.status == "pass" and c.measured > 0.92 and not c.fixes
-    assert not any("alert" in e for e in c.evidence)  # no alert is cited that kvplan alerts does not write
+    # every alert the evidence cites is one `kvplan alerts` writes
+    import re as _re
+
+    from kvplan.ops import alerts
+    from kvplan.ops.dcgm import GpuRuleOptions
+    from kvplan.ops.thresholds import Thresholds
+
+    cited = {n for e in c.evidence for n in _re.findall(r"\b(?:Gpu|Vllm)[A-Za-z]+\b", e)}
+    written = alerts.rules_yaml(Thresholds(), alerts.metric_names("0.33"), [], GpuRuleOptions(0.92, "test"))
+    assert cited and all(f"alert: \"{n}\"" in written for n in cited), (cited, written[:500])
     # 0.99 leaves less than the estimate's error band outside the budget: a warning, fixed at a priced cost
     req = replace(req, gpu_memory_utilization=0.99)
     c = checks_static.check_plan_memory(plan(req), req, None)
@@ -537,3 +546,17 @@ def test_dry_run_of_an_overloaded_plan_proposes_simulated_fixes(tmp_path):
     assert nums["saturated"] is False and nums["slo_ttft_p99_met"] is True
     assert c["slo_ttft_p99"].status == "fail" and c["slo_ttft_p99"].fixes[0] == best
     assert r.to_dict()["sections"]["load"]["simulated"] is True
+
+
+def test_alert_rules_use_the_planned_utilisation_as_vllms_budget(tmp_path):
+    """The GPU-memory rules preflight writes take the plan's --gpu-memory-utilization as the budget
+    (not the version's 0.92), so a server started with the planned command stays quiet."""
+    from kvplan.ops.thresholds import Thresholds
+    from kvplan.preflight import checks_load
+
+    for util, want in ((0.85, "gpu_memory_utilization 0.85 x total"), (None, "gpu_memory_utilization 0.92 x total")):
+        out = tmp_path / str(util)
+        check, _ = checks_load.alerts_check(out, Thresholds(), "0.33", (), gpu_memory_utilization=util)
+        rules = (out / "kvplan-alerts.yml").read_text()
+        assert want in rules, rules[:2000]
+        assert check.status == "pass", check.evidence

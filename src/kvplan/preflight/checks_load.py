@@ -253,8 +253,11 @@ def baseline_check(baseline_path: Optional[str], run: Optional[LoadRun]) -> Chec
 
 
 def alerts_check(output_dir: Optional[Path], thresholds: Thresholds, vllm_version: str,
-                 model_names: tuple[str, ...] = ()) -> tuple[CheckResult, dict]:
-    """Write the rules and dashboard (kvplan.ops.alerts), then verify what was written."""
+                 model_names: tuple[str, ...] = (), gpu_memory_utilization: Optional[float] = None,
+                 ) -> tuple[CheckResult, dict]:
+    """Write the rules and dashboard (kvplan.ops.alerts), then verify what was written. The GPU-memory
+    rules use the planned ``gpu_memory_utilization`` as vLLM's budget (the version's default when
+    None), so a server started with the planned command does not fire them."""
     title = "alert rules and dashboard written"
     if output_dir is None:
         return CheckResult("alerts_written", "warn", title, "not written", "rules + dashboard in --output-dir",
@@ -262,8 +265,11 @@ def alerts_check(output_dir: Optional[Path], thresholds: Thresholds, vllm_versio
                            (Fix("--output-dir DIR", "writes kvplan-alerts.yml (Prometheus) and kvplan-dashboard.json "
                                 "(Grafana) with thresholds matching these checks", "free", basis="preflight"),)), {}
     from ..ops import alerts
+    from ..ops.dcgm import GpuRuleOptions
 
-    out = alerts.write(Path(output_dir), thresholds, vllm_version, model_names)
+    gpu = (GpuRuleOptions(gpu_memory_utilization, "the plan's --gpu-memory-utilization")
+           if gpu_memory_utilization is not None else None)
+    out = alerts.write(Path(output_dir), thresholds, vllm_version, model_names, gpu)
     evidence = [f"wrote {out.rules_path} and {out.dashboard_path} (vLLM {out.names.version} metric names)",
                 "thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.to_dict().items())]
     problems = []

@@ -149,6 +149,9 @@ def check_plan_memory(plan_result, req, lengths) -> CheckResult:
         f"memory source: {m.source}" + (" (vLLM profiles the real peak at start-up and sizes the KV cache to fit, so "
                                         "an error in the estimate changes the KV cache, not the peak)"
                                         if m.source == "estimate" else ""),
+        f"in production: `kvplan alerts --gpu-memory-utilization {f.gpu_memory_utilization}` (and preflight's "
+        "--output-dir) writes GpuMemoryAboveVllmBudget (DCGM's used memory above this budget by a margin) and "
+        "GpuMemoryHeadroomLow",
     ]
     if inside <= budget + 1e-6 and headroom >= band:
         return CheckResult("plan_memory", "pass", title, round(frac, 4), threshold, tuple(evidence))

@@ -358,7 +358,8 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
         _say(progress, "simulating fixes")
         fixes = simfix.simulated_fixes(req, plan_result, trace, sim_dict, opts.slo)
         checks = [simfix.attach(c, fixes) if simfix.needs_sim_fix(c) else c for c in checks]
-    alerts, alert_files = checks_load.alerts_check(opts.output_dir, thresholds, plan_result.vllm_semantics)
+    alerts, alert_files = checks_load.alerts_check(opts.output_dir, thresholds, plan_result.vllm_semantics,
+                                                   gpu_memory_utilization=plan_result.flags.gpu_memory_utilization)
     checks.append(alerts)
     files.update(alert_files)
     inputs = {"plan_flags": _plan_flags(req), **opts.public()}
