@@ -406,6 +406,8 @@ def test_tune_takes_vllm_bench_traffic(tmp_path):
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["trace"]["requests"] == 20 and "max concurrency 4" in d["trace"]["source"]
+    # a closed loop is the whole benchmark: judged on its percentiles, never "unjudged" for saturation
+    assert d["winner"] is not None and any("closed loop" in n for n in d["notes"])
 
 
 def test_cli_from_serve_cmd_fills_the_plan_and_explicit_flags_win():

@@ -167,6 +167,10 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
 
     ``judge_saturation=False`` (API only; the CLI never turns it off) ranks on the trace's
     percentiles alone, for a finite burst that has no rate to carry."""
+    if judge_saturation and is_finite_benchmark(trace):
+        # vLLM bench's burst (--request-rate inf) or closed loop (--max-concurrency): the trace IS the
+        # benchmark, with no open-loop rate whose backlog could grow; rank on its own percentiles.
+        judge_saturation = False
     kwargs = dict(space=space, objective=objective, processes=processes, ray_address=ray_address, profile=profile,
                   all_replicas=all_replicas, exhaustive=exhaustive, reuse=reuse, judge_saturation=judge_saturation)
     t0 = time.perf_counter()
@@ -229,6 +233,9 @@ def _with_length_notes(result: TuneResult, trace, rounds: list[dict], *, derived
                        elapsed: float) -> TuneResult:
     notes = list(result.notes)
     info = dict(result.trace, length="derived" if derived else "given", extended=rounds)
+    if is_finite_benchmark(trace):
+        notes.append("a vLLM-bench burst or closed loop (--request-rate inf / --max-concurrency): the trace is the "
+                     "whole benchmark, ranked on its own percentiles (no open-loop rate to saturate)")
     for rd in rounds:
         notes.append(f"trace length derived: {rd['requests']:,} requests ({rd['arrival_span_s']:.0f} s of arrivals) "
                      f"could not judge {rd['unjudged']} contending configuration(s) (median E2E up to "
@@ -248,6 +255,15 @@ def _with_length_notes(result: TuneResult, trace, rounds: list[dict], *, derived
         notes.append(f"{len(unjudged)} configuration(s) could not be judged for saturation ({ranks}) and cannot "
                      f"win: {why}; {tail}")
     return replace(result, trace=info, notes=tuple(notes), elapsed_s=elapsed)
+
+
+def is_finite_benchmark(trace) -> bool:
+    """A closed loop (at most ``max_concurrency`` in flight: the backlog waits in the client) or a
+    burst (every request at one instant): the saturation detector's open-loop question (does a
+    backlog grow at this rate?) does not apply; the result is the benchmark itself."""
+    reqs = trace.requests
+    burst = len(reqs) > 1 and reqs[-1].arrival_s <= reqs[0].arrival_s
+    return bool(getattr(trace, "max_concurrency", None)) or burst
 
 
 def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
