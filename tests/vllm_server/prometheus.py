@@ -103,7 +103,18 @@ class PrometheusServer:
             except OSError:
                 pass
             time.sleep(0.5)
-        raise AssertionError(f"Prometheus: {what or expr} not true after {timeout} s (last {last})")
+        raise AssertionError(f"Prometheus: {what or expr} not true after {timeout} s (last {last}); "
+                             f"targets: {self.target_health()}")
+
+    def target_health(self) -> str:
+        """Each scrape target's health and last error, for a failure message (a busy host can make a
+        scrape exceed its timeout)."""
+        try:
+            with urllib.request.urlopen(self.url + "/api/v1/targets", timeout=10) as r:  # noqa: S310 - http://127.0.0.1
+                active = json.loads(r.read())["data"]["activeTargets"]
+        except (OSError, ValueError, KeyError) as exc:
+            return f"unreadable ({exc})"
+        return "; ".join(f"{t.get('scrapeUrl')} {t.get('health')} {t.get('lastError') or ''}".strip() for t in active)
 
     def stop(self, grace: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
