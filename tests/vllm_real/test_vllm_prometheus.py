@@ -55,8 +55,11 @@ def test_watch_and_doctor_read_what_prometheus_scraped(small_kv_server, tmp_path
     vllm_target = base.split("//", 1)[1]
     with FakeDcgmExporter() as dcgm:
         dcgm.set_used(0, HEALTHY)
-        with PrometheusServer({"vllm": [vllm_target], "dcgm": [dcgm.target]}) as prom:
-            prom.wait_for('vllm:num_requests_running{job="vllm"}', lambda r: len(r) >= 1, what="vLLM scraped")
+        # 2 s scrapes (and so a 2 s scrape timeout): on a busy 2-core host vLLM's API server can take
+        # over a second to answer /metrics, and a 1 s timeout then drops every scrape
+        with PrometheusServer({"vllm": [vllm_target], "dcgm": [dcgm.target]}, interval="2s") as prom:
+            prom.wait_for('vllm:num_requests_running{job="vllm"}', lambda r: len(r) >= 1, timeout=180,
+                          what="vLLM scraped")
             prom.wait_for('DCGM_FI_DEV_FB_USED{job="dcgm"}', lambda r: len(r) == 2, what="DCGM scraped")
             a = _settled(base)
             t_a = time.time()
