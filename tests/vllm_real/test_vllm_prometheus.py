@@ -18,6 +18,7 @@ import pytest
 from kvplan.bench import metrics as M
 from test_bench_support import run_cli
 from tests.vllm_server.client import get_text, preemption_burst
+from tests.vllm_server.fixtures import SMALL_KV
 from tests.vllm_server.prometheus import FakeDcgmExporter, PrometheusServer
 
 pytestmark = pytest.mark.vllm
@@ -50,7 +51,10 @@ def _settled(base_url: str, timeout: float = 120.0) -> M.MetricsSnapshot:
     raise AssertionError("vLLM did not go quiet")
 
 
-def test_watch_and_doctor_read_what_prometheus_scraped(small_kv_server, tmp_path):
+def test_watch_and_doctor_read_what_prometheus_scraped(vllm_servers, tmp_path):
+    # ask the pool, not the session fixture: an earlier test may have stopped the small-KV server
+    # (the pool then restarts it, on a new port; the fixture's object would be the dead one)
+    small_kv_server = vllm_servers.get(SMALL_KV)
     base = small_kv_server.base_url
     vllm_target = base.split("//", 1)[1]
     with FakeDcgmExporter() as dcgm:
