@@ -350,6 +350,17 @@ def test_yaml_config_with_either_key_spelling(tmp_path):
                               "slo": "ttft_p99=2s,e2e_p99=30s", "vllm_args": ["--enforce-eager"], "dry_run": True}
 
 
+def test_request_timeout_from_flag_or_config_sets_the_load_tests_client_timeout(tmp_path):
+    from kvplan.cli.preflight import _options
+
+    base = {"dry_run": True}
+    assert _options(base).bench_timeout_s == 120.0  # kvplan bench's own default
+    assert _options({**base, "request_timeout": "10m"}).bench_timeout_s == 600.0
+    p = tmp_path / "preflight.yaml"
+    p.write_text("model: x\nrequest-timeout: 90s\n")
+    assert _options({**base, **load_config(p)}).bench_timeout_s == 90.0
+
+
 def test_toml_config(tmp_path):
     p = tmp_path / "preflight.toml"
     p.write_text('model = "llama-3.1-8b"\ntensor_parallel_size = 2\nslo = "ttft_p99=2s"\n')
@@ -478,6 +489,10 @@ def test_cli_dry_run_json_contract(tmp_path):
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--format", "xml"], "--format must be"),
     (["--gpu", "H100", "--dry-run"], "--model is required"),
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--requests", "/nonexistent.jsonl"], "no such file"),
+    (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--request-timeout", "0s"],
+     "--request-timeout must be positive"),
+    (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--request-timeout", "soon"],
+     "--request-timeout: cannot read 'soon'"),
 ])
 def test_cli_usage_errors_exit_2(args, message):
     p = _kvplan(*args, timeout=120)

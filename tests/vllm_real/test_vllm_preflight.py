@@ -123,7 +123,11 @@ def test_kv_cache_that_cannot_hold_the_traffic_is_no_go(tiny_llama_model, tmp_pa
     log = _log(tmp_path / "long.jsonl", 30, (900, 1000), 500, seed=2)
     rc, d, err = preflight(tiny_llama_model.path, tmp_path / "out", "--max-model-len", "2048", "--block-size", "32",
                            "--num-gpu-blocks-override", "160", "--kv-cache-memory", "1GiB", "--requests", log,
-                           "--target-qps", "0.5", "--duration", "20s")
+                           "--target-qps", "0.5", "--duration", "20s", "--request-timeout", "10m")
+    # (the last of the ~15 requests waits for four waves of three: 55 s of E2E measured on this 2-core
+    # machine beside other jobs, against the default 2-minute client timeout; a CI run once failed
+    # load_errors here. The 10-minute timeout keeps this a test of vLLM's recompute-after-preemption,
+    # not of the client's patience.)
     checks = _checks(d)
     assert d["verdict"] == "NO-GO" and rc == 1, {k: c["status"] for k, c in checks.items()}
     pre = checks["load_preemptions"]
@@ -140,7 +144,8 @@ def test_kv_cache_that_cannot_hold_the_traffic_is_no_go(tiny_llama_model, tmp_pa
     conc = checks["plan_concurrency"]
     assert conc["status"] == "fail" and conc["measured"] > fit, conc
     assert checks["plan_starts"]["status"] == "pass"
-    assert checks["load_errors"]["status"] == "pass"  # preempted requests are recomputed, not failed
+    # preempted requests are recomputed, not failed
+    assert checks["load_errors"]["status"] == "pass", (checks["load_errors"], d["sections"].get("load"))
 
 
 def test_kv_cache_too_small_to_start_is_no_go_without_launching(tiny_llama_model, tmp_path):

@@ -80,6 +80,9 @@ def preflight_cmd(
                                                  "e.g. --vllm-arg=--enforce-eager)."),
     startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="How long --launch waits for vLLM "
                                                   "(default 15m)."),
+    request_timeout: Optional[str] = typer.Option(None, "--request-timeout", help="Each load-test request's "
+                                                  "client timeout, queueing included (default 2m); a request that "
+                                                  "exceeds it counts as failed, as your client would."),
     dry_run: Optional[bool] = typer.Option(None, "--dry-run/--no-dry-run", help="No server: lengths, plan, and the "
                                            "load test simulated by kvplan.sim."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="A `kvplan bench` result JSON to compare with."),
@@ -172,6 +175,8 @@ def _options(v: dict):
         url=v.get("url"), log=v.get("log"), launch=bool(v.get("launch")), vllm_bin=v.get("vllm_bin") or "vllm",
         vllm_args=tuple(v.get("vllm_args") or ()),
         startup_timeout_s=parse_seconds(v["startup_timeout"], "--startup-timeout") if v.get("startup_timeout") else 900.0,
+        bench_timeout_s=(parse_seconds(v["request_timeout"], "--request-timeout") if v.get("request_timeout")
+                         else 120.0),
         baseline=v.get("baseline"), dry_run=bool(v.get("dry_run")), output_dir=Path(out) if out else None,
         max_tokens=v.get("max_tokens"), history_turns=v.get("history_turns"), history_tokens=v.get("history_tokens"),
         percentile=float(v.get("percentile") or 99.0), estimate=bool(v.get("estimate")), strict=bool(v.get("strict")),

@@ -33,7 +33,7 @@ PREFLIGHT_KEYS: dict[str, tuple[type, ...]] = {
     "url": (str,), "log": (str,), "launch": (bool,), "vllm_bin": (str,), "vllm_args": (list, str), "baseline": (str,),
     "dry_run": (bool,), "output_dir": (str,), "format": (str,), "max_tokens": (int,), "history_turns": (int,),
     "history_tokens": (int,), "percentile": _NUM, "strict": (bool,), "estimate": (bool,),
-    "startup_timeout": (str, int, float),
+    "startup_timeout": (str, int, float), "request_timeout": (str, int, float),
 }
 KNOWN_KEYS = {**PLAN_KEYS, **PREFLIGHT_KEYS}
 
@@ -143,6 +143,6 @@ def _normalise(key: str, value: Any, where: str) -> Any:
             raise UsageError(f"{where}: vllm_args: expected a list of strings")
         return [str(v) for v in value]
     if key in ("max_model_len", "max_num_batched_tokens", "kv_cache_memory", "kv_cache_memory_bytes",
-               "vllm_version", "duration", "startup_timeout"):
+               "vllm_version", "duration", "startup_timeout", "request_timeout"):
         return str(value)
     return value

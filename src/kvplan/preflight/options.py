@@ -65,6 +65,8 @@ class PreflightOptions:
             raise UsageError(f"--load-factor must be positive, got {self.load_factor}")
         if not self.duration_s > 0:
             raise UsageError("--duration must be positive")
+        if not self.bench_timeout_s > 0:
+            raise UsageError("--request-timeout must be positive")
         for name, v in (("--max-tokens", self.max_tokens), ("--history-turns", self.history_turns),
                         ("--history-tokens", self.history_tokens)):
             if v is not None and v < 1:
