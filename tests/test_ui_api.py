@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "src/kvplan/workload/examples/customer_service.jsonl.gz"
@@ -260,3 +262,38 @@ def test_vetted_argv_holds_only_allowed_flags_and_no_paths(command, argv):
             i += 2
         else:
             i += 1
+
+
+#: CLI options the page may not send, and why (anything else the command accepts, the page may)
+_NOT_FROM_THE_PAGE = {
+    "--format": "the page asks for JSON itself", "-f": "the page asks for JSON itself",
+    "--output": "writes a file on the server", "-o": "writes a file on the server",
+    "--html": "writes a file on the server", "--serve-config": "writes a file on the server",
+    "--plot": "writes a file on the server",
+    "--from-log": "a server-side path (the page uploads files instead)",
+    "--tokenizer": "loads a tokenizer by path or name on the server", "-t": "loads a tokenizer by path or name",
+    "--chat-template": "a server-side path", "files": "server-side paths (the page uploads files instead)",
+    "--requests": "plan's --requests is a path (simulate's takes uploads)",
+    "--from-bench-cmd": "the page has the traffic fields", "--from-serve-cmd": "the page has the plan fields",
+    "--no-enforce-eager": "the page sends --enforce-eager or nothing",
+    "--compact": "terminal layout", "--strict": "exit codes mean nothing to the page",
+    "--capacity": "not on the page", "--find-saturation": "not on the page", "--per-request": "not on the page",
+    "--profile": "not on the page", "--max-issues": "terminal output", "--max-record-bytes": "not on the page",
+}
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate", "lengths"])
+def test_the_page_may_send_every_flag_of_the_command_but_the_excluded_ones(command):
+    """The page's allowed flags follow the CLI: a flag added to `kvplan simulate` (as --warm-prompts
+    was) is either allowed from the page or excluded here with a reason, never forgotten."""
+    import typer.main
+
+    from kvplan.cli.main import app
+    from kvplan.ui import api
+
+    params = typer.main.get_command(app).commands[command].params
+    cli = {o for p in params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    values, bools = api.ALLOWED[command]
+    assert (values | bools) <= cli, sorted((values | bools) - cli)
+    forgotten = sorted(o for o in cli - (values | bools) if o not in _NOT_FROM_THE_PAGE)
+    assert forgotten == [], forgotten
