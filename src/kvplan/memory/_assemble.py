@@ -80,10 +80,11 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         params_active=mparams.active_params(spec), published_params=spec.published_params,
         max_position_embeddings=spec.max_len_keys.get("max_position_embeddings"),
     )
-    tp, pp, dp, world = (config.tensor_parallel_size, config.pipeline_parallel_size, config.data_parallel_size,
-                         config.world_size)
-    nodes = -(-world // req.gpus_per_node)
-    parallel = ParallelInfo(tp, pp, dp, world, world * dp, req.gpus_per_node, nodes * dp)
+    tensor_parallel_size, pipeline_parallel_size = config.tensor_parallel_size, config.pipeline_parallel_size
+    data_parallel_size, world_size = config.data_parallel_size, config.world_size
+    nodes = -(-world_size // req.gpus_per_node)
+    parallel = ParallelInfo(tensor_parallel_size, pipeline_parallel_size, data_parallel_size, world_size,
+                            world_size * data_parallel_size, req.gpus_per_node, nodes * data_parallel_size)
     naive = _naive(config, max_model_len, blocks)
     what_if_rows = _what_ifs(replace(req, max_model_len=run_len), config.gpu_memory_utilization,
                              config.kv_cache_dtype.name, replan) if what_ifs else ()
@@ -92,7 +93,8 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         memory=_memory(config, sized), kv=_kv(config, sized), startup=startup,
         capacity_table=sized.capacity_table, what_if=tuple(what_if_rows),
         naive=naive, serve_argv=tuple(argv), serve_command=display(argv),
-        serve_config_yaml=serve_yaml(spec.name, flags), multi_node=multi_node(argv, tp, pp, req.gpus_per_node),
+        serve_config_yaml=serve_yaml(spec.name, flags),
+        multi_node=multi_node(argv, tensor_parallel_size, pipeline_parallel_size, req.gpus_per_node),
         notes=tuple(notes), measured=dict(req.measured or {}),
         serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
         what_if_at_fallback_length=bool(what_ifs and run_len != max_model_len),
@@ -101,20 +103,20 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
 
 
 def _memory(config: ResolvedConfig, sized: KVSizing) -> MemoryInfo:
-    b0, available = sized.budget, sized.available_kv_bytes
+    budget, available = sized.budget, sized.available_kv_bytes
     bytes_per_block = config.layout.bytes_per_block
     return MemoryInfo(
         total_gib_per_gpu=to_gib(config.gpu.memory_bytes),
-        requested_gib=to_gib(b0.requested_bytes),
-        weights_gib_per_gpu=to_gib(b0.weights_bytes),
-        non_torch_gib=to_gib(b0.non_torch_bytes),
-        activation_peak_gib=to_gib(b0.activation_bytes),
-        cudagraph_gib=to_gib(b0.cudagraph_bytes),
-        non_kv_gib=to_gib(b0.non_kv_bytes),
+        requested_gib=to_gib(budget.requested_bytes),
+        weights_gib_per_gpu=to_gib(budget.weights_bytes),
+        non_torch_gib=to_gib(budget.non_torch_bytes),
+        activation_peak_gib=to_gib(budget.activation_bytes),
+        cudagraph_gib=to_gib(budget.cudagraph_bytes),
+        non_kv_gib=to_gib(budget.non_kv_bytes),
         available_kv_cache_gib=to_gib(min(available)),
         available_kv_cache_bytes=int(min(available)),
         kv_cache_used_gib=to_gib(sized.blocks.num_gpu_blocks * sized.blocks.bytes_per_block),
-        preexisting_gib=to_gib(b0.preexisting_bytes),
+        preexisting_gib=to_gib(budget.preexisting_bytes),
         source=sized.source,
         weights_bytes_per_stage=tuple(s.bytes_per_rank for s in config.weights),
         available_kv_bytes_per_stage=tuple(int(a) for a in available),

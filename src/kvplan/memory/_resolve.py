@@ -119,9 +119,9 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
 
     model_dtype = resolve_model_dtype(spec, req.dtype, gpu, device, sem)
     dtype_bytes = MODEL_DTYPES[model_dtype]
-    quant = resolve_quantization(req)
-    kv = resolve_kv_dtype(spec, req.kv_cache_dtype, model_dtype)
-    if kv.name.startswith("fp8") and device == "cuda":
+    quantization = resolve_quantization(req)
+    kv_cache_dtype = resolve_kv_dtype(spec, req.kv_cache_dtype, model_dtype)
+    if kv_cache_dtype.name.startswith("fp8") and device == "cuda":
         fp8 = sem.fp8_kv_cache(gpu.sm, device, req.engine is not None)
         if fp8 == "refused":
             errors.append(admission.StartupError(
@@ -160,30 +160,31 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
     concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
 
-    block_size = req.block_size or default_block_size(spec, gpu, device, sem, kv.name)
+    block_size = req.block_size or default_block_size(spec, gpu, device, sem, kv_cache_dtype.name)
     stages = mparams.pp_layer_ranges(spec.num_layers, pipeline_parallel_size)
-    layout, hma = _layout(req, sem, kv, block_size, dtype_bytes, stages)
+    layout, hybrid_kv_cache_manager = _layout(req, sem, kv_cache_dtype, block_size, dtype_bytes, stages)
     if layout.block_size != block_size:
         notes.append(f"Attention block size raised from {block_size} to {layout.block_size} tokens so that one "
                      "attention page holds a whole recurrent state (vLLM _align_hybrid_block_size).")
     warnings.extend(layout.padding_warnings())
 
-    util = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
-    moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if quant and quant.method == "mxfp4" else None
-    weights = mparams.weights_per_rank(spec, tensor_parallel_size, pipeline_parallel_size, dtype_bytes, quant,
+    gpu_memory_utilization = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
+    mxfp4 = quantization is not None and quantization.method == "mxfp4"
+    moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if mxfp4 else None
+    weights = mparams.weights_per_rank(spec, tensor_parallel_size, pipeline_parallel_size, dtype_bytes, quantization,
                                        moe_padding)
     if req.kv_cache_memory_per_stage is not None and len(req.kv_cache_memory_per_stage) != pipeline_parallel_size:
         raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for "
                          f"{pipeline_parallel_size} pipeline stages")
 
     return ResolvedConfig(
-        request=req, semantics=sem, dtype=model_dtype, dtype_bytes=dtype_bytes, quantization=quant,
-        kv_cache_dtype=kv, gpu_memory_utilization=util, derived_max_model_len=derived_max_model_len,
-        max_model_len=max_model_len, auto_fit=req.max_model_len == -1, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, default_max_num_batched_tokens=default_batched,
-        max_concurrent_batches=concurrent_batches,
+        request=req, semantics=sem, dtype=model_dtype, dtype_bytes=dtype_bytes, quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        derived_max_model_len=derived_max_model_len, max_model_len=max_model_len, auto_fit=req.max_model_len == -1,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        default_max_num_batched_tokens=default_batched, max_concurrent_batches=concurrent_batches,
         in_flight_tokens=_in_flight_tokens(sem, concurrent_batches, max_num_batched_tokens),
-        block_size=block_size, stages=tuple(stages), layout=layout, hybrid_kv_cache_manager=hma,
+        block_size=block_size, stages=tuple(stages), layout=layout, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         weights=tuple(weights), errors=tuple(errors), warnings=tuple(warnings), notes=tuple(notes),
     )
 
@@ -231,26 +232,28 @@ def resolve_quantization(req: PlanRequest) -> Optional[Quantization]:
                      f"{'quant_method ' + q.method if q else 'no quantization_config'}); vLLM would refuse it")
 
 
-def _layout(req: PlanRequest, sem: VllmSemantics, kv: KVDtype, block_size: int, dtype_bytes: int,
+def _layout(req: PlanRequest, sem: VllmSemantics, kv_cache_dtype: KVDtype, block_size: int, dtype_bytes: int,
             stages: list[range]) -> tuple[KVLayout, bool]:
-    spec, tp = req.model, req.tensor_parallel_size
-    specs = [_version_quirks(kv_spec_for(l.mixer, tp, block_size, kv, dtype_bytes), sem) for l in spec.layers]
-    chunked = any(isinstance(l.mixer, ChunkedLocalAttention) for l in spec.layers)
+    """The per-layer KV specs grouped as vLLM groups them, and whether the hybrid KV cache manager is on."""
+    spec = req.model
+    specs = [_version_quirks(kv_spec_for(layer.mixer, req.tensor_parallel_size, block_size, kv_cache_dtype,
+                                         dtype_bytes), sem) for layer in spec.layers]
+    chunked = any(isinstance(layer.mixer, ChunkedLocalAttention) for layer in spec.layers)
     # HMA is off before 0.10, on request, and for chunked-local models (Llama-4) where the
     # version's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default says so (≤0.14).
-    hma = (sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager
-           and not (chunked and not sem.chunked_local_keeps_hma))
-    if not hma:
+    hybrid_kv_cache_manager = (sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager
+                               and not (chunked and not sem.chunked_local_keeps_hma))
+    if not hybrid_kv_cache_manager:
         specs = [promote_to_full(s) for s in specs]
     mamba = [s for s in specs if isinstance(s, MambaSpec)]
     attn = [s for s in specs if isinstance(s, AttentionSpec)]
     if mamba and attn:
         token_bytes = attn[0].bytes_per_token()
-        new_bs = align_hybrid_block_size(spec, block_size, token_bytes, max(m.state_bytes for m in mamba))
-        page = new_bs * token_bytes
-        specs = [replace(s, block_size=new_bs, page_size_padded=page) if isinstance(s, MambaSpec)
-                 else with_block_size(s, new_bs) for s in specs]
-    return build_layout(specs, stages, sem.group_size_threshold), hma
+        new_block_size = align_hybrid_block_size(spec, block_size, token_bytes, max(m.state_bytes for m in mamba))
+        page = new_block_size * token_bytes
+        specs = [replace(s, block_size=new_block_size, page_size_padded=page) if isinstance(s, MambaSpec)
+                 else with_block_size(s, new_block_size) for s in specs]
+    return build_layout(specs, stages, sem.group_size_threshold), hybrid_kv_cache_manager
 
 
 def _version_quirks(spec, sem: VllmSemantics):

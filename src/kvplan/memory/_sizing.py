@@ -65,35 +65,36 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
 
     budgets, available = _budgets_at(config, max_num_batched_tokens)
     source = req.kv_memory_source if req.kv_cache_memory_bytes is not None else "estimate"
-    b0 = max(budgets, key=lambda b: b.weights_bytes)
+    budget = max(budgets, key=lambda b: b.weights_bytes)
 
     if config.device == "cuda" and req.kv_cache_memory_bytes is None and sem.version >= (0, 11):
-        free = gpu.memory_bytes - b0.preexisting_bytes
-        if free < b0.requested_bytes:
+        free = gpu.memory_bytes - budget.preexisting_bytes
+        if free < budget.requested_bytes:
             errors.append(admission.free_memory_below_requested(sem, free, gpu.memory_bytes,
-                                                               config.gpu_memory_utilization, b0.requested_bytes))
-    weights_oom = config.device == "cuda" and b0.weights_bytes + b0.preexisting_bytes > gpu.memory_bytes
+                                                               config.gpu_memory_utilization, budget.requested_bytes))
+    weights_oom = config.device == "cuda" and budget.weights_bytes + budget.preexisting_bytes > gpu.memory_bytes
     if weights_oom:
-        errors.append(admission.weights_do_not_fit(b0.weights_bytes, gpu.memory_bytes, b0.preexisting_bytes,
+        errors.append(admission.weights_do_not_fit(budget.weights_bytes, gpu.memory_bytes, budget.preexisting_bytes,
                                                    config.tensor_parallel_size, config.pipeline_parallel_size))
 
     # The block count, the worst stage and the memory checked depend on the memory only, not on
     # the length: the sizing before and after an auto-fit agree on them.
     blocks = size_blocks(config, max_model_len, max_num_batched_tokens, config.in_flight_tokens, available)
+    longest = max(derived_max_model_len, max_model_len)
     if sem.engine == "V0":
-        max_fit = min(max(derived_max_model_len, max_model_len), blocks.num_gpu_blocks * layout.block_size)
+        max_fitting_model_len = min(longest, blocks.num_gpu_blocks * layout.block_size)
     elif blocks.check_memory_bytes > 0:
-        max_fit = admission.largest_fitting_len(partial(_needed_bytes, config, blocks, max_num_batched_tokens),
-                                                blocks.check_memory_bytes, max(derived_max_model_len, max_model_len))
+        max_fitting_model_len = admission.largest_fitting_len(
+            partial(_needed_bytes, config, blocks, max_num_batched_tokens), blocks.check_memory_bytes, longest)
     else:
-        max_fit = 0
+        max_fitting_model_len = 0
     if config.auto_fit:
-        if max_fit == 0:
+        if max_fitting_model_len == 0:
             errors.append(admission.StartupError(
                 "no_kv_memory", "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a "
                 "single token. Try increasing `gpu_memory_utilization`."))
         else:
-            max_model_len = min(derived_max_model_len, max_fit)
+            max_model_len = min(derived_max_model_len, max_fitting_model_len)
             notes.append(f"Auto-fit max_model_len: {max_model_len} (vLLM --max-model-len auto)")
             max_num_batched_tokens = config.max_num_batched_tokens_at(max_model_len)
             # the in-flight tokens stay those of the asked length's batch
@@ -106,7 +107,7 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
     elif blocks.check_memory_bytes <= 0 or blocks.num_gpu_blocks <= 0:
         errors.append(admission.no_memory_for_cache_blocks(sem))
     elif not tokens_fit(max_model_len):
-        suggested = min(max_fit, max_model_len)
+        suggested = min(max_fitting_model_len, max_model_len)
         errors.append(admission.max_model_len_too_large(
             sem, max_model_len, needed_for(max_model_len), blocks.check_memory_bytes, suggested, layout.block_size,
             blocks.num_gpu_blocks, config.pipeline_parallel_size))
@@ -123,9 +124,9 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
 
     table = _capacity_ladder(config, max_model_len, available, blocks, tokens_fit)
     return KVSizing(
-        budgets=tuple(budgets), budget=b0, available_kv_bytes=tuple(available), source=source,
+        budgets=tuple(budgets), budget=budget, available_kv_bytes=tuple(available), source=source,
         weights_oom=weights_oom, blocks=blocks, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, max_fitting_model_len=int(max_fit),
+        max_num_batched_tokens=max_num_batched_tokens, max_fitting_model_len=int(max_fitting_model_len),
         needed_bytes=needed_for(max_model_len), capacity_table=table, errors=tuple(errors), notes=tuple(notes),
     )
 

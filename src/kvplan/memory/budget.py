@@ -201,11 +201,11 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     not enter: the RoPE cache follows the model's max_position_embeddings (:func:`rope_positions`)."""
     spec, sem, device = config.model, config.semantics, config.device
     tensor_parallel_size, dtype_bytes = config.tensor_parallel_size, config.dtype_bytes
-    total_bytes, util = config.gpu.memory_bytes, config.gpu_memory_utilization
+    total_bytes, gpu_memory_utilization = config.gpu.memory_bytes, config.gpu_memory_utilization
     kv_cache_memory_bytes = config.request.kv_cache_memory_bytes
     multi_gpu = config.world_size > 1
     last_stage = stage.stage == config.pipeline_parallel_size - 1
-    requested = requested_bytes(total_bytes, util, sem)
+    requested = requested_bytes(total_bytes, gpu_memory_utilization, sem)
     weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     non_torch = NON_TORCH_BASE_BYTES + comm
@@ -217,9 +217,9 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
                                           len(stage.layers))
     preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if multi_gpu else 0)
     if kv_cache_memory_bytes is not None:
-        return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
+        return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
                            preexisting, kv_cache_memory_bytes, "kv_cache_memory")
     charged = weights + non_torch + activation + graphs
     charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
-    return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
+    return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
                        preexisting, requested - charged, "estimate")
