@@ -43,6 +43,8 @@ Replan = Callable[..., PlanResult]  # plan(req, what_ifs=..., fit_search=...)
 
 def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_search: Optional[bool],
              replan: Replan) -> PlanResult:
+    """The result object; ``fit_search`` (default: with the what-ifs) adds the smallest layout that
+    starts a failing configuration and whether the serve command offered starts."""
     req, sem, spec, gpu = config.request, config.semantics, config.model, config.gpu
     layout, blocks = config.layout, sized.blocks
     max_model_len = sized.max_model_len

@@ -56,6 +56,8 @@ class KVSizing:
 
 
 def size_kv(config: ResolvedConfig) -> KVSizing:
+    """The budget of every stage, the blocks, the auto-fit, the admission check and the ladder;
+    its errors and notes follow the configuration's, in vLLM's order."""
     sem, req, layout, stages = config.semantics, config.request, config.layout, config.stages
     gpu = config.gpu
     errors = list(config.errors)
