@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
 from .semantics import VllmSemantics
+
+if TYPE_CHECKING:
+    from ..models.params import StageWeights
+    from ._resolve import ResolvedConfig
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -190,39 +194,32 @@ def requested_bytes(total: int, util: float, sem: VllmSemantics) -> int:
     return math.ceil(total * util) if sem.requested_memory_ceil else int(total * util)
 
 
-def estimate_budget(
-    spec: ModelSpec,
-    sem: VllmSemantics,
-    total_bytes: int,
-    util: float,
-    weights_bytes: int,
-    tp: int,
-    pp: int,
-    dtype_bytes: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    max_model_len: int,
-    layers_on_rank: int,
-    last_stage: bool,
-    enforce_eager: bool,
-    device: str = "cuda",
-    kv_cache_memory_bytes: Optional[int] = None,
-) -> BudgetTerms:
-    world = tp * pp
-    requested = requested_bytes(total_bytes, util, sem)
-    weights = weights_bytes + rope_cache_bytes(spec, dtype_bytes)
-    comm = NON_TORCH_COMM_BYTES if world > 1 else 0
+def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched_tokens: int) -> BudgetTerms:
+    """The budget of one GPU of pipeline stage ``stage`` when vLLM profiles ``max_num_batched_tokens``
+    tokens per step; every other input (GPU, utilisation, dtype, parallelism, max_num_seqs,
+    --enforce-eager, device, a given KV memory) is the resolved configuration's. The length does
+    not enter: the RoPE cache follows the model's max_position_embeddings (:func:`rope_positions`)."""
+    spec, sem, device = config.model, config.semantics, config.device
+    tensor_parallel_size, dtype_bytes = config.tensor_parallel_size, config.dtype_bytes
+    total_bytes, gpu_memory_utilization = config.gpu.memory_bytes, config.gpu_memory_utilization
+    kv_cache_memory_bytes = config.request.kv_cache_memory_bytes
+    multi_gpu = config.world_size > 1
+    last_stage = stage.stage == config.pipeline_parallel_size - 1
+    requested = requested_bytes(total_bytes, gpu_memory_utilization, sem)
+    weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
+    comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     non_torch = NON_TORCH_BASE_BYTES + comm
-    activation = activation_peak_bytes(spec, tp, dtype_bytes, max_num_batched_tokens, max_num_seqs,
-                                       last_stage, sampler_bytes_per_logit(sem, device))
+    activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
+                                       config.max_num_seqs, last_stage, sampler_bytes_per_logit(sem, device))
     graphs = 0
-    if device == "cuda" and not enforce_eager and sem.subtracts_cudagraph_estimate:
-        graphs = cudagraph_estimate_bytes(spec, tp, dtype_bytes, max_num_seqs, layers_on_rank)
-    preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if world > 1 else 0)
+    if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
+        graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,
+                                          len(stage.layers))
+    preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if multi_gpu else 0)
     if kv_cache_memory_bytes is not None:
-        return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
+        return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
                            preexisting, kv_cache_memory_bytes, "kv_cache_memory")
     charged = weights + non_torch + activation + graphs
-    charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if world > 1 else 0)
-    return BudgetTerms(total_bytes, util, requested, weights, non_torch, activation, graphs,
+    charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
+    return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
                        preexisting, requested - charged, "estimate")

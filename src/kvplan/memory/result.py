@@ -8,9 +8,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from ..hardware import GIB
 from .kv_specs import KVCacheSpec, SizingContext
 
 SCHEMA_VERSION = 1
+
+
+def to_gib(nbytes: float) -> float:
+    """Bytes as the result's ``*_gib`` fields hold them: GiB rounded to 4 decimals."""
+    return round(nbytes / GIB, 4)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,271 @@
+"""Stage 3 of ``plan()``: the :class:`PlanResult` assembled from the resolved configuration and
+its KV sizing: the memory and KV figures, the start-up verdict (with the layout that would start a
+failing one), the capacity log lines, the serve command, the naive formula and the what-ifs.
+
+The fit search, the serve command's own verdict and the what-ifs re-plan changed requests:
+``replan`` is ``plan`` itself, passed in so that this module does not import the planner.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional
+
+from ..errors import UsageError
+from ..hardware import GIB
+from ..models import params as mparams
+from . import admission
+from ._resolve import ResolvedConfig
+from ._sizing import BlockSizing, KVSizing
+from .borderline import SETTLE, error_band_bytes, is_borderline
+from .kv_specs import kv_spec_for
+from .launch import display, multi_node, serve_argv, serve_yaml
+from .request import PlanRequest
+from .result import (
+    KVGroupInfo,
+    KVInfo,
+    MemoryInfo,
+    ModelInfo,
+    NaiveFormula,
+    ParallelInfo,
+    PlanResult,
+    ResolvedFlags,
+    StartupInfo,
+    WhatIf,
+    to_gib,
+)
+from .semantics import VllmSemantics
+
+#: errors of vLLM's configuration checks: it stops before it profiles memory
+CONFIG_ERRORS = ("max_model_len_above_derived", "tp_heads", "block_size")
+
+Replan = Callable[..., PlanResult]  # plan(req, what_ifs=..., fit_search=...)
+
+
+def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_search: Optional[bool],
+             replan: Replan) -> PlanResult:
+    """The result object; ``fit_search`` (default: with the what-ifs) adds the smallest layout that
+    starts a failing configuration and whether the serve command offered starts."""
+    req, sem, spec, gpu = config.request, config.semantics, config.model, config.gpu
+    layout, blocks = config.layout, sized.blocks
+    max_model_len = sized.max_model_len
+    errors, notes = sized.errors, list(sized.notes)
+    first_error = errors[0] if errors else None
+    suggested = first_error.suggested_max_model_len if first_error else None
+    if first_error and first_error.kind in CONFIG_ERRORS:
+        notes.append("vLLM stops at its configuration checks, before it profiles memory or logs a KV cache line; "
+                     "the KV figures show what the rest of the configuration would give.")
+
+    search = what_ifs if fit_search is None else fit_search
+    startup = _startup(config, sized, first_error, search, replan)
+    run_len = max_model_len
+    if first_error and first_error.kind in ("max_model_len_too_large", "max_model_len_above_derived") and suggested:
+        run_len = suggested
+        notes.append(f"The serve command uses --max-model-len {suggested}: the largest length vLLM accepts here; "
+                     f"{max_model_len} fails at start-up.")
+    serve_starts = not errors
+    if errors and run_len != max_model_len and search:
+        serve_starts = replan(replace(req, max_model_len=run_len), what_ifs=False, fit_search=False).startup.ok
+    flags = _serve_flags(req, config.gpu_memory_utilization, run_len, config.max_num_seqs, config.dtype)
+    argv = serve_argv(spec.name, flags)
+    resolved = ResolvedFlags(
+        device=req.device, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, dtype=config.dtype,
+        quantization=config.quantization.method if config.quantization else None,
+        kv_cache_dtype=config.kv_cache_dtype.name, gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=sized.max_num_batched_tokens, block_size=layout.block_size,
+        enforce_eager=req.enforce_eager, hybrid_kv_cache_manager=config.hybrid_kv_cache_manager,
+        in_flight_tokens=config.in_flight_tokens,
+    )
+    model_info = ModelInfo(
+        id=spec.name, source=spec.source, architecture=(spec.architectures or (spec.model_type,))[0],
+        summary=spec.describe(), num_layers=spec.num_layers, params=mparams.count_params(spec),
+        params_active=mparams.active_params(spec), published_params=spec.published_params,
+        max_position_embeddings=spec.max_len_keys.get("max_position_embeddings"),
+    )
+    tensor_parallel_size, pipeline_parallel_size = config.tensor_parallel_size, config.pipeline_parallel_size
+    data_parallel_size, world_size = config.data_parallel_size, config.world_size
+    nodes = -(-world_size // req.gpus_per_node)
+    parallel = ParallelInfo(tensor_parallel_size, pipeline_parallel_size, data_parallel_size, world_size,
+                            world_size * data_parallel_size, req.gpus_per_node, nodes * data_parallel_size)
+    naive = _naive(config, max_model_len, blocks)
+    what_if_rows = _what_ifs(replace(req, max_model_len=run_len), config.gpu_memory_utilization,
+                             config.kv_cache_dtype.name, replan) if what_ifs else ()
+    return PlanResult(
+        vllm_semantics=sem.label, engine=sem.engine, model=model_info, parallel=parallel, flags=resolved,
+        memory=_memory(config, sized), kv=_kv(config, sized), startup=startup,
+        capacity_table=sized.capacity_table, what_if=tuple(what_if_rows),
+        naive=naive, serve_argv=tuple(argv), serve_command=display(argv),
+        serve_config_yaml=serve_yaml(spec.name, flags),
+        multi_node=multi_node(argv, tensor_parallel_size, pipeline_parallel_size, req.gpus_per_node),
+        notes=tuple(notes), measured=dict(req.measured or {}),
+        serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
+        what_if_at_fallback_length=bool(what_ifs and run_len != max_model_len),
+        derived_max_model_len=int(config.derived_max_model_len),
+    )
+
+
+def _memory(config: ResolvedConfig, sized: KVSizing) -> MemoryInfo:
+    budget, available = sized.budget, sized.available_kv_bytes
+    bytes_per_block = config.layout.bytes_per_block
+    return MemoryInfo(
+        total_gib_per_gpu=to_gib(config.gpu.memory_bytes),
+        requested_gib=to_gib(budget.requested_bytes),
+        weights_gib_per_gpu=to_gib(budget.weights_bytes),
+        non_torch_gib=to_gib(budget.non_torch_bytes),
+        activation_peak_gib=to_gib(budget.activation_bytes),
+        cudagraph_gib=to_gib(budget.cudagraph_bytes),
+        non_kv_gib=to_gib(budget.non_kv_bytes),
+        available_kv_cache_gib=to_gib(min(available)),
+        available_kv_cache_bytes=int(min(available)),
+        kv_cache_used_gib=to_gib(sized.blocks.num_gpu_blocks * sized.blocks.bytes_per_block),
+        preexisting_gib=to_gib(budget.preexisting_bytes),
+        source=sized.source,
+        weights_bytes_per_stage=tuple(s.bytes_per_rank for s in config.weights),
+        available_kv_bytes_per_stage=tuple(int(a) for a in available),
+        num_gpu_blocks_per_stage=tuple(max(int(a), 0) // b for a, b in zip(available, bytes_per_block)),
+    )
+
+
+def _kv(config: ResolvedConfig, sized: KVSizing) -> KVInfo:
+    layout, blocks, stages = config.layout, sized.blocks, config.stages
+    layer_specs = {i: g.spec for g in layout.groups for i in g.layers}
+    per_stage_tok = [sum(layer_specs[i].bytes_per_token() or 0 for i in st) for st in stages]
+    # per token of the whole model, unsharded (TP 1), at the asked block size
+    logical_tok = sum(kv_spec_for(layer.mixer, 1, config.block_size, config.kv_cache_dtype,
+                                  config.dtype_bytes).bytes_per_token() or 0 for layer in config.model.layers)
+    cpu_blocks = 0
+    if config.semantics.engine == "V0":
+        cpu_blocks = (4 * GIB) // blocks.bytes_per_block if blocks.bytes_per_block else 0
+    groups = tuple(KVGroupInfo(g.spec.kind, len(g.layers), g.spec.page_size_bytes,
+                               g.spec.blocks_per_request(blocks.ctx), g.spec) for g in layout.groups)
+    return KVInfo(
+        bytes_per_token_per_gpu=int(max(per_stage_tok)),
+        bytes_per_token_total=int(sum(per_stage_tok) * config.tensor_parallel_size),
+        bytes_per_token_logical=int(logical_tok), block_size=layout.block_size,
+        bytes_per_block=blocks.bytes_per_block, bytes_per_block_per_stage=layout.bytes_per_block,
+        num_gpu_blocks=blocks.num_gpu_blocks, usable_blocks=max(blocks.num_gpu_blocks - 1, 0),
+        blocks_per_request=blocks.blocks_per_request, kv_cache_tokens=blocks.kv_cache_tokens,
+        max_concurrency=round(blocks.max_concurrency, 4), max_concurrency_for_tokens=sized.max_model_len,
+        log_lines=_log_lines(config.semantics, config.device, blocks, cpu_blocks),
+        groups=groups, padding_layers=layout.padding_layers, padding_waste=round(layout.padding_waste(), 4),
+    )
+
+
+def _startup(config: ResolvedConfig, sized: KVSizing, first_error: Optional[admission.StartupError],
+             search: bool, replan: Replan) -> StartupInfo:
+    gpu_memory_bytes = config.gpu.memory_bytes
+    margin = None
+    if config.semantics.engine == "V1" and not sized.weights_oom and not (
+            first_error and first_error.kind in CONFIG_ERRORS):
+        margin = sized.blocks.check_memory_bytes - sized.needed_bytes
+    band = error_band_bytes(gpu_memory_bytes) if sized.source == "estimate" else None
+    kv_verdict = first_error is None or first_error.kind in ("max_model_len_too_large", "no_kv_memory")
+    borderline = bool(band is not None and margin is not None and kv_verdict
+                      and is_borderline(margin, gpu_memory_bytes))
+    fits_with = None
+    if first_error and search:
+        from .layout_fit import smallest_fitting_layout
+
+        fits_with = smallest_fitting_layout(config.request, first_error.kind,
+                                            lambda r: replan(r, what_ifs=False, fit_search=False))
+    return StartupInfo(ok=not sized.errors, error=first_error.message if first_error else None,
+                       error_kind=first_error.kind if first_error else None,
+                       suggested_max_model_len=first_error.suggested_max_model_len if first_error else None,
+                       max_fitting_model_len=sized.max_fitting_model_len,
+                       warnings=config.warnings, fits_with=fits_with,
+                       kv_margin_gib=to_gib(margin) if margin is not None else None,
+                       estimate_error_gib=to_gib(band) if band is not None else None,
+                       borderline=borderline, settle_with=SETTLE if borderline else None)
+
+
+def _log_lines(sem: VllmSemantics, device: str, blocks: BlockSizing, cpu_blocks: int) -> tuple[str, ...]:
+    """The capacity lines vLLM logs at start-up, in the version's wording."""
+    pool = sem.pool_name(device)
+    max_model_len = blocks.ctx.max_model_len
+    style = sem.capacity_log_style
+    if style == "v1-033":
+        return (f"{pool} KV cache size: {blocks.kv_cache_tokens:,} tokens, Maximum concurrency for "
+                f"{max_model_len:,} tokens per request: {blocks.max_concurrency:.2f}x",)
+    if style.startswith("v1"):
+        return (f"{pool} KV cache size: {blocks.kv_cache_tokens:,} tokens",
+                f"Maximum concurrency for {max_model_len:,} tokens per request: {blocks.max_concurrency:.2f}x")
+    lines = f"# {sem.v0_device_name} blocks: {blocks.num_gpu_blocks}, # CPU blocks: {cpu_blocks}"
+    if style == "v0-concurrency":
+        return (lines, f"Maximum concurrency for {max_model_len} tokens per request: {blocks.max_concurrency:.2f}x")
+    return (lines,)
+
+
+def _serve_flags(req: PlanRequest, gpu_memory_utilization: float, max_model_len: int, max_num_seqs: int,
+                 dtype: str) -> dict:
+    flags: dict = {}
+    if req.tensor_parallel_size > 1:
+        flags["tensor_parallel_size"] = req.tensor_parallel_size
+    if req.pipeline_parallel_size > 1:
+        flags["pipeline_parallel_size"] = req.pipeline_parallel_size
+    if req.data_parallel_size > 1:
+        flags["data_parallel_size"] = req.data_parallel_size
+    if req.dtype not in ("auto", None):
+        flags["dtype"] = dtype
+    if req.quantization:
+        flags["quantization"] = req.quantization
+    if req.kv_cache_dtype not in ("auto", None):
+        flags["kv_cache_dtype"] = req.kv_cache_dtype
+    flags["gpu_memory_utilization"] = gpu_memory_utilization
+    flags["max_model_len"] = max_model_len
+    flags["max_num_seqs"] = max_num_seqs
+    if req.max_num_batched_tokens:
+        flags["max_num_batched_tokens"] = req.max_num_batched_tokens
+    if req.block_size:
+        flags["block_size"] = req.block_size
+    if req.kv_cache_memory_bytes is not None and req.kv_memory_source == "kv_cache_memory":
+        flags["kv_cache_memory_bytes"] = req.kv_cache_memory_bytes
+    if req.num_gpu_blocks_override:
+        flags["num_gpu_blocks_override"] = req.num_gpu_blocks_override
+    flags["enforce_eager"] = req.enforce_eager
+    return flags
+
+
+def _naive(config: ResolvedConfig, max_model_len: int, blocks: BlockSizing) -> NaiveFormula:
+    spec, dtype_bytes = config.model, config.dtype_bytes
+    kv_bytes = config.kv_cache_dtype.element_bytes
+    claimed = spec.num_layers * 2 * spec.hidden_size * max_model_len * dtype_bytes
+    # What one request of max_model_len tokens really occupies, on all GPUs of the replica.
+    exact = blocks.blocks_per_request * sum(blocks.layout.bytes_per_block) * config.tensor_parallel_size
+    why = []
+    if spec.is_mla:
+        why.append("MLA stores one compressed latent per token (kv_lora_rank + rope dims), not K and V for every "
+                   "head, and it is not split by tensor parallelism.")
+    elif spec.num_kv_heads < spec.num_attention_heads:
+        why.append(f"Grouped-query attention: {spec.num_kv_heads} KV heads, not {spec.num_attention_heads} "
+                   f"(the formula's 'hidden' assumes one K and V per query head: "
+                   f"{spec.num_attention_heads // spec.num_kv_heads}x too much).")
+    kinds = spec.mixer_kinds()
+    if kinds.get("sliding") or kinds.get("linear"):
+        why.append("Sliding-window / recurrent layers keep a bounded amount per request, not the whole context.")
+    if kv_bytes < dtype_bytes:
+        why.append(f"The KV cache is stored in {kv_bytes:g} byte(s) per element, not {dtype_bytes}.")
+    why.append(f"vLLM allocates whole blocks of {blocks.layout.block_size} tokens: "
+               f"{blocks.blocks_per_request} blocks for {max_model_len:,} tokens.")
+    ratio = claimed / exact if exact else float("inf")
+    return NaiveFormula("batch × layers × 2 × hidden × max_len × bytes", int(claimed), int(exact),
+                        round(ratio, 2), tuple(why))
+
+
+def _what_ifs(req: PlanRequest, gpu_memory_utilization: float, kv_cache_dtype: str, replan: Replan) -> list[WhatIf]:
+    variants: list[tuple[str, dict]] = []
+    if req.device == "cuda" and not kv_cache_dtype.startswith("fp8"):
+        variants.append(("--kv-cache-dtype fp8", {"kv_cache_dtype": "fp8"}))
+    tp2 = req.tensor_parallel_size * 2
+    if req.model.num_attention_heads % tp2 == 0 and req.kv_cache_memory_bytes is None:
+        variants.append((f"--tensor-parallel-size {tp2}", {"tensor_parallel_size": tp2}))
+    if gpu_memory_utilization < 0.95 and req.kv_cache_memory_bytes is None:
+        variants.append(("--gpu-memory-utilization 0.95", {"gpu_memory_utilization": 0.95}))
+    out = []
+    for label, change in variants:
+        try:
+            r = replan(replace(req, **change), what_ifs=False)
+        except UsageError:
+            continue
+        out.append(WhatIf(label, change, r.startup.ok, r.memory.available_kv_cache_gib, r.kv.kv_cache_tokens,
+                          r.kv.max_concurrency, r.flags.max_model_len))
+    return out

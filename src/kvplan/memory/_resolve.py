@@ -1,0 +1,269 @@
+"""Stage 1 of ``plan()``: the request resolved into everything sizing needs, once.
+
+Model spec + GPU + serve flags + the vLLM version's semantics in; a frozen :class:`ResolvedConfig`
+out: the engine's rules (after an fp8 fall-back to V0), the dtypes, the lengths and batch limits
+vLLM's config checks settle on, the per-layer KV specs grouped into a layout, the weights of every
+pipeline stage, and the errors, warnings and notes of these checks. Nothing later re-derives a
+flag: the budget, the blocks and the result all read this object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ..errors import UsageError
+from ..hardware import Gpu
+from ..models import params as mparams
+from ..models.spec import ChunkedLocalAttention, ModelSpec, Quantization
+from . import admission
+from .defaults import (
+    MODEL_DTYPES,
+    align_hybrid_block_size,
+    batch_defaults,
+    check_max_model_len,
+    default_block_size,
+    derive_max_model_len,
+    no_length_key_warning,
+    resolve_kv_dtype,
+    resolve_model_dtype,
+)
+from .grouping import KVLayout, build_layout
+from .kv_specs import (
+    AttentionSpec,
+    KVDtype,
+    MambaSpec,
+    MLAAttentionSpec,
+    kv_spec_for,
+    promote_to_full,
+    with_block_size,
+)
+from .request import PlanRequest, validate
+from .semantics import VllmSemantics, semantics
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """One configuration as vLLM's start-up settles it, before any memory is sized."""
+
+    request: PlanRequest
+    semantics: VllmSemantics  # the version's rules (engine_override V0 after an fp8 fall-back)
+    dtype: str  # the model dtype vLLM runs (``--dtype`` resolved)
+    dtype_bytes: int
+    quantization: Optional[Quantization]  # the checkpoint's, or the online method asked
+    kv_cache_dtype: KVDtype
+    gpu_memory_utilization: float  # asked, or the version's default
+    derived_max_model_len: int  # the model's own limit (or the asked length without a length key)
+    max_model_len: int  # as asked and checked; with auto_fit the sizing stage fits it
+    auto_fit: bool  # --max-model-len -1 / auto
+    max_num_seqs: int
+    max_num_batched_tokens: int  # at max_model_len
+    default_max_num_batched_tokens: int  # batch_defaults' figure, before any max_model_len cap
+    max_concurrent_batches: int  # VllmConfig.max_concurrent_batches
+    in_flight_tokens: int  # tokens a sliding window keeps for the batches in flight
+    block_size: int  # asked or the backend's default, before the hybrid alignment
+    stages: tuple[range, ...]  # the layers of every pipeline stage
+    layout: KVLayout
+    hybrid_kv_cache_manager: bool
+    weights: tuple[mparams.StageWeights, ...]  # per pipeline stage, one rank
+    errors: tuple[admission.StartupError, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.request.model
+
+    @property
+    def gpu(self) -> Gpu:
+        return self.request.gpu
+
+    @property
+    def device(self) -> str:
+        return self.request.device
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.request.tensor_parallel_size
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        return self.request.pipeline_parallel_size
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.request.data_parallel_size
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def max_num_batched_tokens_at(self, max_model_len: int) -> int:
+        """The step's token budget vLLM would use at ``max_model_len``: the asked one, else the default."""
+        return self.request.max_num_batched_tokens or _default_max_num_batched_tokens(
+            self.semantics, self.max_num_seqs, self.default_max_num_batched_tokens, max_model_len)
+
+    def in_flight_tokens_for(self, max_num_batched_tokens: int) -> int:
+        return _in_flight_tokens(self.semantics, self.max_concurrent_batches, max_num_batched_tokens)
+
+
+def resolve(req: PlanRequest) -> ResolvedConfig:
+    """vLLM's config checks, in its order: dtypes, the fp8 KV rule, the lengths, the batch
+    limits, the block size and the KV layout, the utilisation and the weights."""
+    validate(req)
+    sem = semantics(req.vllm_version, req.engine)
+    spec, gpu, device = req.model, req.gpu, req.device
+    tensor_parallel_size, pipeline_parallel_size = req.tensor_parallel_size, req.pipeline_parallel_size
+    errors: list[admission.StartupError] = []
+    warnings: list[str] = []
+    notes: list[str] = list(req.notes)
+
+    model_dtype = resolve_model_dtype(spec, req.dtype, gpu, device, sem)
+    dtype_bytes = MODEL_DTYPES[model_dtype]
+    quantization = resolve_quantization(req)
+    kv_cache_dtype = resolve_kv_dtype(spec, req.kv_cache_dtype, model_dtype)
+    if kv_cache_dtype.name.startswith("fp8") and device == "cuda":
+        fp8 = sem.fp8_kv_cache(gpu.sm, device, req.engine is not None)
+        if fp8 == "refused":
+            errors.append(admission.StartupError(
+                "fp8_kv_unsupported", "VLLM_USE_V1=1 is not supported with --kv-cache-dtype."))
+        elif fp8 == "v0_fallback":
+            sem = replace(sem, engine_override="V0")
+            notes.append(f"vLLM {sem.label} runs an fp8 KV cache on V1 only with FlashAttention 3 on Hopper: on "
+                         f"{gpu.name} (sm {gpu.sm}) it falls back to the V0 engine, and this plan follows V0's rules.")
+        if fp8 in ("converted", "v0_fallback") or (gpu.sm is None and not gpu.supports_fp8):
+            warnings.append(f"{gpu.name} has no native fp8: vLLM stores an fp8 KV cache but converts it in the "
+                            "attention kernel (slower).")
+
+    derived_max_model_len, _ = derive_max_model_len(spec, sem)
+    no_key = no_length_key_warning(spec, req.max_model_len)
+    if no_key:
+        warnings.append(no_key)
+        if req.max_model_len not in (None, -1):
+            derived_max_model_len = req.max_model_len
+    max_model_len, len_error = check_max_model_len(spec, sem, req.max_model_len)
+    if len_error:
+        errors.append(len_error)
+    if spec.num_attention_heads % tensor_parallel_size:
+        errors.append(admission.heads_not_divisible(spec.num_attention_heads, tensor_parallel_size))
+    if device == "cpu" and req.block_size and req.block_size % 32:
+        errors.append(admission.StartupError(
+            "block_size", f"No common block size for {req.block_size} (CPU_ATTN: [MultipleOf(32)])"))
+
+    world_size = tensor_parallel_size * pipeline_parallel_size
+    default_batched, default_seqs = batch_defaults(sem, gpu, device, world_size, req.entrypoint)
+    max_num_seqs = req.max_num_seqs or default_seqs
+    # The default token budget at the asked length is capped with the default max_num_seqs; the
+    # lengths sized later (auto-fit, the capacity ladder) with max_num_seqs as capped below.
+    max_num_batched_tokens = req.max_num_batched_tokens or _default_max_num_batched_tokens(
+        sem, max_num_seqs, default_batched, max_model_len)
+    if not req.max_num_seqs and sem.version >= (0, 9):
+        max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
+    concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
+
+    block_size = req.block_size or default_block_size(spec, gpu, device, sem, kv_cache_dtype.name)
+    stages = mparams.pp_layer_ranges(spec.num_layers, pipeline_parallel_size)
+    layout, hybrid_kv_cache_manager = _layout(req, sem, kv_cache_dtype, block_size, dtype_bytes, stages)
+    if layout.block_size != block_size:
+        notes.append(f"Attention block size raised from {block_size} to {layout.block_size} tokens so that one "
+                     "attention page holds a whole recurrent state (vLLM _align_hybrid_block_size).")
+    warnings.extend(layout.padding_warnings())
+
+    gpu_memory_utilization = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
+    mxfp4 = quantization is not None and quantization.method == "mxfp4"
+    moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if mxfp4 else None
+    weights = mparams.weights_per_rank(spec, tensor_parallel_size, pipeline_parallel_size, dtype_bytes, quantization,
+                                       moe_padding)
+    if req.kv_cache_memory_per_stage is not None and len(req.kv_cache_memory_per_stage) != pipeline_parallel_size:
+        raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for "
+                         f"{pipeline_parallel_size} pipeline stages")
+
+    return ResolvedConfig(
+        request=req, semantics=sem, dtype=model_dtype, dtype_bytes=dtype_bytes, quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        derived_max_model_len=derived_max_model_len, max_model_len=max_model_len, auto_fit=req.max_model_len == -1,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        default_max_num_batched_tokens=default_batched, max_concurrent_batches=concurrent_batches,
+        in_flight_tokens=_in_flight_tokens(sem, concurrent_batches, max_num_batched_tokens),
+        block_size=block_size, stages=tuple(stages), layout=layout, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        weights=tuple(weights), errors=tuple(errors), warnings=tuple(warnings), notes=tuple(notes),
+    )
+
+
+def _default_max_num_batched_tokens(sem: VllmSemantics, max_num_seqs: int, default: int, max_model_len: int) -> int:
+    if sem.engine == "V0":
+        # V0 turned chunked prefill on by itself above 32K tokens of context, with a
+        # 2,048-token batch; otherwise a batch holds a whole max-length prompt.
+        return 2048 if max_model_len > 32768 and sem.version >= (0, 6) else max(max_model_len, 2048)
+    return min(max_num_seqs * max_model_len, default) if sem.batch_cap_by_max_len else default
+
+
+def _max_concurrent_batches(sem: VllmSemantics, device: str, pipeline_parallel_size: int) -> int:
+    """VllmConfig.max_concurrent_batches: async → 2 (pp 1) or pp + 1 with the V2 runner (the
+    default from 0.32); the V1 runner turns async off under pipeline parallelism."""
+    async_on = sem.async_scheduling_default and device == "cuda"
+    if async_on and pipeline_parallel_size == 1:
+        return 2
+    if async_on and sem.version >= (0, 32):
+        return pipeline_parallel_size + 1
+    return pipeline_parallel_size
+
+
+def _in_flight_tokens(sem: VllmSemantics, max_concurrent_batches: int, max_num_batched_tokens: int) -> int:
+    if sem.sliding_window_uses_in_flight_tokens:
+        return max_concurrent_batches * max_num_batched_tokens
+    return max_num_batched_tokens
+
+
+def resolve_quantization(req: PlanRequest) -> Optional[Quantization]:
+    """``--quantization`` against the checkpoint's own: the checkpoint's method, online fp8 or
+    bitsandbytes, or the refusal vLLM gives for any other method."""
+    q = req.model.quantization
+    if req.quantization in (None, "", "none"):
+        return q
+    method = req.quantization.lower()
+    if q is not None and q.method.startswith(method.split("_")[0]):
+        return q
+    if method in ("fp8", "ptpc_fp8", "fbgemm_fp8"):
+        return Quantization("fp8", 8)  # online dynamic fp8: 1 B/param, per-tensor scales
+    if method == "bitsandbytes":
+        return Quantization("bitsandbytes", 4, group_size=64)
+    raise UsageError(f"--quantization {req.quantization}: the checkpoint {req.model.name} is not quantized "
+                     f"with {req.quantization} (its config.json has "
+                     f"{'quant_method ' + q.method if q else 'no quantization_config'}); vLLM would refuse it")
+
+
+def _layout(req: PlanRequest, sem: VllmSemantics, kv_cache_dtype: KVDtype, block_size: int, dtype_bytes: int,
+            stages: list[range]) -> tuple[KVLayout, bool]:
+    """The per-layer KV specs grouped as vLLM groups them, and whether the hybrid KV cache manager is on."""
+    spec = req.model
+    specs = [_version_quirks(kv_spec_for(layer.mixer, req.tensor_parallel_size, block_size, kv_cache_dtype,
+                                         dtype_bytes), sem) for layer in spec.layers]
+    chunked = any(isinstance(layer.mixer, ChunkedLocalAttention) for layer in spec.layers)
+    # HMA is off before 0.10, on request, and for chunked-local models (Llama-4) where the
+    # version's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default says so (≤0.14).
+    hybrid_kv_cache_manager = (sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager
+                               and not (chunked and not sem.chunked_local_keeps_hma))
+    if not hybrid_kv_cache_manager:
+        specs = [promote_to_full(s) for s in specs]
+    mamba = [s for s in specs if isinstance(s, MambaSpec)]
+    attn = [s for s in specs if isinstance(s, AttentionSpec)]
+    if mamba and attn:
+        token_bytes = attn[0].bytes_per_token()
+        new_block_size = align_hybrid_block_size(spec, block_size, token_bytes, max(m.state_bytes for m in mamba))
+        page = new_block_size * token_bytes
+        specs = [replace(s, block_size=new_block_size, page_size_padded=page) if isinstance(s, MambaSpec)
+                 else with_block_size(s, new_block_size) for s in specs]
+    return build_layout(specs, stages, sem.group_size_threshold), hybrid_kv_cache_manager
+
+
+def _version_quirks(spec, sem: VllmSemantics):
+    """Older engines sized MLA differently (see VllmSemantics.mla_*)."""
+    if not isinstance(spec, MLAAttentionSpec):
+        return spec
+    if sem.mla_counts_k_and_v:
+        return replace(spec, head_size_v=spec.head_size)
+    align = sem.mla_entry_alignment
+    if align > 1 and spec.state_bytes_per_token is None:
+        raw = int(spec.head_size * spec.dtype_bytes)
+        return replace(spec, state_bytes_per_token=-(-raw // align) * align)
+    return spec

@@ -1,0 +1,59 @@
+"""``PlanRequest``: what ``plan()`` is asked, the serve flags as vLLM names them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import UsageError
+from ..hardware import Gpu
+from ..models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """The serve flags, named as vLLM names them, plus what kvplan needs to know of the GPU."""
+
+    model: ModelSpec
+    gpu: Gpu
+    device: str = "cuda"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    dtype: str = "auto"
+    quantization: Optional[str] = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: Optional[float] = None
+    max_model_len: Optional[int] = None  # None: derived; -1: auto-fit
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    block_size: Optional[int] = None
+    enforce_eager: bool = False
+    vllm_version: Optional[str] = None
+    kv_cache_memory_bytes: Optional[int] = None  # measured or chosen KV memory per GPU
+    kv_cache_memory_per_stage: Optional[tuple[int, ...]] = None  # measured, per pipeline stage
+    num_gpu_blocks_override: Optional[int] = None
+    gpus_per_node: int = 8
+    disable_hybrid_kv_cache_manager: bool = False
+    entrypoint: str = "serve"
+    engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
+    kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
+    measured: Optional[dict] = None
+    notes: tuple[str, ...] = ()  # said by whoever built the request (e.g. a log's version fallback)
+
+
+def validate(req: PlanRequest) -> None:
+    """The flag checks vLLM's argument parser makes, as usage errors."""
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node"):
+        if getattr(req, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    util = req.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks_override"):
+        value = getattr(req, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if req.max_model_len is not None and req.max_model_len < 1 and req.max_model_len != -1:
+        raise UsageError("--max-model-len must be positive, or -1/auto to fit the KV cache")
+    if req.device not in ("cuda", "cpu"):
+        raise UsageError(f"--device must be cuda or cpu, got {req.device!r}")
