@@ -16,11 +16,6 @@ from ..errors import UsageError
 PathLike = Union[str, os.PathLike]
 
 
-def dumps(d: dict) -> str:
-    """The result JSON without its trailing newline (:func:`kvplan._json.dumps_report`)."""
-    return dumps_report(d)[:-1]
-
-
 def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))

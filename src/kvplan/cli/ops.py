@@ -14,7 +14,9 @@ from typing import List, Optional
 
 import typer
 
+from .._json import dumps_report
 from ..errors import UsageError
+from ..report import registry as reports
 from ._exit import fail as _fail
 
 
@@ -60,7 +62,7 @@ def alerts_cmd(
     except OSError as exc:
         _fail(UsageError(f"--output-dir {output_dir}: {exc.strerror or exc}"))
     if fmt == "json":
-        sys.stdout.write(json.dumps(out.to_dict(), indent=2) + "\n")
+        sys.stdout.write(dumps_report(out.to_dict()))
         return
     typer.echo(f"wrote {out.rules_path} (Prometheus rules) and {out.dashboard_path} (Grafana dashboard) "
                f"for vLLM {out.names.version} metric names")
@@ -110,8 +112,8 @@ def doctor_cmd(
                            gpu_selector, vllm_version, fmt)
         return
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        if fmt not in reports.formats("doctor"):
+            raise UsageError(f"--format: expected {reports.choices_text('doctor')}, got {fmt!r}")
         if not logs:
             raise UsageError("give vLLM log files (or - for stdin), or --prometheus URL")
         stdin_text = sys.stdin.read() if "-" in logs else None
@@ -125,16 +127,7 @@ def doctor_cmd(
 
 
 def _print_report(report, fmt: str) -> None:
-    if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    elif fmt == "markdown":
-        from ..report.doctor_markdown import render_markdown
-
-        sys.stdout.write(render_markdown(report))
-    else:
-        from ..report.doctor_text import render_text
-
-        sys.stdout.write(render_text(report))
+    reports.emit("doctor", fmt, report)
 
 
 def parse_time(text: str, flag: str) -> float:
@@ -178,8 +171,8 @@ def _doctor_prometheus(url, logs, since, start, end, model_name, match, threshol
     from ..slo import parse_seconds
 
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        if fmt not in reports.formats("doctor"):
+            raise UsageError(f"--format: expected {reports.choices_text('doctor')}, got {fmt!r}")
         if logs:
             raise UsageError("--prometheus reads the history instead of logs: run the logs separately")
         if since and start:
