@@ -7,14 +7,13 @@ could be read; watch --once 0 up, 1 down (or nothing read from --prometheus); 2 
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from .._json import dumps_report
+from .._json import dumps_line, dumps_report
 from ..errors import UsageError
 from ..report import registry as reports
 from ._exit import fail as _fail
@@ -266,7 +265,7 @@ def watch_cmd(
         time.sleep(interval)
         snap = w.poll()
         if fmt == "json":
-            sys.stdout.write(json.dumps(snap.to_dict(), indent=2) + "\n")
+            sys.stdout.write(dumps_report(snap.to_dict()))
         else:
             from rich.console import Console
 
@@ -278,7 +277,7 @@ def watch_cmd(
     try:
         if fmt == "json":  # one JSON object per line, for piping
             while end is None or time.monotonic() < end:
-                sys.stdout.write(json.dumps(w.poll().to_dict()) + "\n")
+                sys.stdout.write(dumps_line(w.poll().to_dict()) + "\n")
                 sys.stdout.flush()
                 time.sleep(interval)
             return
@@ -325,7 +324,8 @@ def _watch_prometheus(url, server_url, interval, window, thresholds, once, fmt, 
 
     def show(snaps) -> None:
         if fmt == "json":
-            sys.stdout.write(json.dumps([s.to_dict() for s in snaps], indent=2 if once else None) + "\n")
+            rows = [s.to_dict() for s in snaps]
+            sys.stdout.write(dumps_report(rows) if once else dumps_line(rows) + "\n")
             sys.stdout.flush()
             return
         from rich.console import Console
