@@ -2,7 +2,7 @@
 
 The domains flow one way: models and hardware -> memory -> workload -> sim -> bench -> report;
 ops and preflight compose them; cli is the thin top, beside the web front end (ui) and the
-package's public API (kvplan/__init__.py), which may use each other; errors, quantiles, slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
+package's public API (kvplan/__init__.py), which may use each other; errors, quantiles, _json (the one JSON writer), slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
 never a higher one, at module level or inside a function (a lazy import keeps start-up fast but
 is as much a dependency). Imports under ``if TYPE_CHECKING:`` are exempt: they name the data a
 function reads (a renderer's result type) without loading its producer.
@@ -20,7 +20,7 @@ PACKAGE = SRC / "kvplan"
 
 #: lower number = lower layer; an import must go to the same subpackage or a lower number
 LAYERS = {
-    "errors": 0, "quantiles": 0,
+    "errors": 0, "quantiles": 0, "_json": 0,
     "slo": 1, "_ray": 1,
     "models": 2, "hardware": 2,
     "memory": 3,

@@ -5,30 +5,15 @@ are renamed into place, so an interrupted write never leaves a half file behind.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterable, Union
 
+from .._json import dumps_line, dumps_report, finite
 from ..errors import UsageError
 
 PathLike = Union[str, os.PathLike]
-
-
-def _clean(x):
-    """JSON has no NaN/Infinity: write null instead (strict parsers reject the extensions)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
-def dumps(d: dict) -> str:
-    return json.dumps(_clean(d), indent=2, allow_nan=False)
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -50,7 +35,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def write_result(d: dict, path: PathLike) -> None:
-    _atomic_write(Path(path), lambda f: f.write(dumps(d) + "\n"))
+    _atomic_write(Path(path), lambda f: f.write(dumps_report(d)))
 
 
 def records_path_for(output: PathLike) -> Path:
@@ -75,7 +60,7 @@ def write_records(records: Iterable, path: PathLike) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist([_clean(r) for r in rows])
+        table = pa.Table.from_pylist([finite(r) for r in rows])  # NaN as null, as in the JSON
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(table, tmp)
@@ -84,7 +69,7 @@ def write_records(records: Iterable, path: PathLike) -> None:
 
     def write(f) -> None:
         for r in rows:
-            f.write(json.dumps(_clean(r), separators=(",", ":"), allow_nan=False) + "\n")
+            f.write(dumps_line(r) + "\n")
 
     _atomic_write(path, write)
 

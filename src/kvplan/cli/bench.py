@@ -17,6 +17,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from ._exit import fail as _fail
 
 bench_app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
@@ -84,8 +85,8 @@ def bench_cmd(
             raise UsageError("--url is required (e.g. --url http://127.0.0.1:8000)")
         if rate is not None and target_qps is not None:
             raise UsageError("give --rate or --target-qps, not both")
-        if fmt not in ("table", "json"):
-            raise UsageError("--format must be table or json")
+        if fmt not in reports.formats("bench"):
+            raise UsageError(f"--format must be {reports.choices_text('bench')}")
         eff_rate = target_qps * factor if target_qps is not None else rate
         default_len = "log" if requests else None
         cfg = BenchConfig(
@@ -115,9 +116,9 @@ def _run(cfg, output, rec_path, html_path, fmt, progress) -> None:
 
     from rich.console import Console
 
-    from ..bench.io import dumps, write_records, write_result
+    from ..bench.io import write_records, write_result
     from ..bench.run import Bench, ServerUnavailable, prepare
-    from ..report.bench_text import ProgressDisplay, render_summary
+    from ..report.bench_text import ProgressDisplay
 
     err = Console(stderr=True)
     try:
@@ -149,10 +150,8 @@ def _run(cfg, output, rec_path, html_path, fmt, progress) -> None:
 
         with open(html_path, "w", encoding="utf-8") as f:
             f.write(render_html(d))
-    if fmt == "json":
-        sys.stdout.write(dumps(d) + "\n")
-    else:
-        render_summary(d, Console())
+    reports.emit("bench", fmt, d)
+    if fmt != "json":
         for label, path in (("result", output), ("records", rec_path), ("report", html_path)):
             if path:
                 err.print(f"{label}: {path}")
@@ -169,25 +168,20 @@ def compare_cmd(
 ) -> None:
     """P50/P95/P99 of TTFT, TPOT and E2E with bootstrap CIs; exit 1 on a regression."""
     from ..bench.compare import compare
-    from ..bench.io import dumps, load_result
+    from ..bench.io import load_result
 
     try:
         if not 0 < threshold < 10:
             raise UsageError("--threshold must be a positive fraction, e.g. 0.05")
         if not 0.5 <= confidence < 1:
             raise UsageError("--confidence must be in [0.5, 1)")
-        if fmt not in ("table", "json"):
-            raise UsageError("--format must be table or json")
+        if fmt not in reports.formats("bench-compare"):
+            raise UsageError(f"--format must be {reports.choices_text('bench-compare')}")
         base, cur = load_result(baseline), load_result(current)
     except UsageError as exc:
         _fail(exc)
     cmp = compare(base, cur, threshold=threshold, level=confidence).to_dict()
-    if fmt == "json":
-        sys.stdout.write(dumps(cmp) + "\n")
-    else:
-        from ..report.bench_text import render_compare
-
-        render_compare(cmp)
+    reports.emit("bench-compare", fmt, cmp)
     raise typer.Exit(0 if cmp["passed"] else 1)
 
 
@@ -198,13 +192,12 @@ def report_cmd(
 ) -> None:
     """Print the summary of a saved result (and write its HTML report)."""
     from ..bench.io import load_result
-    from ..report.bench_text import render_summary
 
     try:
         d = load_result(result)
     except UsageError as exc:
         _fail(exc)
-    render_summary(d)
+    reports.emit("bench", "table", d)
     if html_path:
         from ..report.bench_html import render_html
 

@@ -8,14 +8,13 @@ files, too few requests to fit).
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from . import plan_flags as pf
 from ._exit import fail as _fail
 
@@ -57,8 +56,8 @@ def calibrate_cmd(
     from ..sim.calibrate import calibrate, predict_equations
 
     try:
-        if fmt not in ("table", "json"):
-            raise UsageError(f"--format {fmt!r}: use table or json")
+        if fmt not in reports.formats("calibration"):
+            raise UsageError(f"--format {fmt!r}: use {reports.choices_text('calibration')}")
         if device not in ("cuda", "cpu"):
             raise UsageError(f"--device {device!r}: use cuda or cpu")
         if window_chunks < 0:
@@ -100,12 +99,9 @@ def calibrate_cmd(
                 raise UsageError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     except UsageError as exc:
         _fail(exc)
+    reports.emit("calibration", fmt, d)
     if fmt == "json":
-        sys.stdout.write(json.dumps(d, indent=2) + "\n")
         return
-    from ..report.calibration_text import render_calibration_table
-
-    render_calibration_table(d)
     if output is not None:
         typer.echo(f"profile: {output}  (kvplan simulate ... --profile {output})")
 

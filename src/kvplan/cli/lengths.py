@@ -14,13 +14,11 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from ._exit import fail as _fail
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
+Format = reports.format_enum("lengths")
 
 
 class InputFormat(str, Enum):
@@ -146,19 +144,8 @@ def lengths_from_flags(flags: dict, quiet: bool = False):
     return analyze_lengths(list(flags["files"]), tok, opts, plan=plan, model=model)
 
 
-def render_lengths(result, fmt: Format) -> None:
-    if fmt is Format.json:
-        from ..report.lengths_json import render_json
-
-        sys.stdout.write(render_json(result) + "\n")
-    elif fmt is Format.markdown:
-        from ..report.lengths_markdown import render_markdown
-
-        sys.stdout.write(render_markdown(result))
-    else:
-        from ..report.lengths_text import render_table
-
-        render_table(result)
+def render_lengths(result, fmt) -> None:
+    reports.emit("lengths", fmt, result)
 
 
 def trim_cmd(

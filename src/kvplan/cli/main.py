@@ -6,7 +6,6 @@ keep ``kvplan plan --format json`` fast.
 """
 from __future__ import annotations
 
-import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -14,7 +13,9 @@ from typing import Optional
 
 import typer
 
+from .._json import dumps_report
 from ..errors import UsageError
+from ..report import registry as reports
 from . import plan_flags as pf
 from .plan_flags import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
 from ._exit import fail as _fail
@@ -57,10 +58,13 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """kvplan: vLLM-exact GPU memory and KV-cache planning."""
 
 
-class Format(str, Enum):
+class Format(str, Enum):  # kvplan models / gpus (markdown prints the table)
     table = "table"
     json = "json"
     markdown = "markdown"
+
+
+PlanFormat = reports.format_enum("plan")
 
 
 @app.command("plan")
@@ -90,7 +94,7 @@ def plan_cmd(
     from_log: Optional[Path] = typer.Option(None, "--from-log", help="A vLLM start-up log: use its measured KV memory and flags."),
     gpus_per_node: pf.GpusPerNode = 8,
     disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    fmt: Format = typer.Option(Format.table, "--format", "-f"),
+    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "
                                            "this plan meets the real traffic."),
@@ -133,28 +137,8 @@ def plan_cmd(
         raise typer.Exit(1)
 
 
-def _render(result, fmt: Format, compact: bool, traffic=None) -> None:
-    if fmt is Format.json:
-        from ..report.plan_json import render_json
-
-        extra = {"traffic": traffic.to_dict()} if traffic is not None else None
-        sys.stdout.write(render_json(result, extra) + "\n")
-    elif fmt is Format.markdown:
-        from ..report.plan_markdown import render_markdown
-
-        sys.stdout.write(render_markdown(result))
-        if traffic is not None:
-            from ..report.lengths_traffic import render_traffic_markdown
-
-            sys.stdout.write(render_traffic_markdown(traffic))
-    else:
-        from ..report.plan_text import render_table
-
-        render_table(result, compact=compact)
-        if traffic is not None:
-            from ..report.lengths_traffic import render_traffic_table
-
-            render_traffic_table(traffic)
+def _render(result, fmt, compact: bool, traffic=None) -> None:
+    reports.emit("plan", fmt, result, compact=compact, traffic=traffic)
 
 
 @app.command("models")
@@ -172,7 +156,7 @@ def models_cmd(search: Optional[str] = typer.Argument(None, help="Filter by subs
         rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
                      "summary": spec.describe()})
     if fmt is Format.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        sys.stdout.write(dumps_report(rows))
         return
     from rich.console import Console
     from rich.table import Table
@@ -209,7 +193,7 @@ def gpus_cmd(fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None
 
     rows = [asdict(g) | {"memory_gib": round(g.memory_gib, 2)} for g in catalog()]
     if fmt is Format.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        sys.stdout.write(dumps_report(rows))
         return
     from rich.console import Console
     from rich.table import Table

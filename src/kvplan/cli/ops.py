@@ -7,14 +7,15 @@ could be read; watch --once 0 up, 1 down (or nothing read from --prometheus); 2 
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from .._json import dumps_line, dumps_report
 from ..errors import UsageError
+from ..report import registry as reports
 from ._exit import fail as _fail
 
 
@@ -60,7 +61,7 @@ def alerts_cmd(
     except OSError as exc:
         _fail(UsageError(f"--output-dir {output_dir}: {exc.strerror or exc}"))
     if fmt == "json":
-        sys.stdout.write(json.dumps(out.to_dict(), indent=2) + "\n")
+        sys.stdout.write(dumps_report(out.to_dict()))
         return
     typer.echo(f"wrote {out.rules_path} (Prometheus rules) and {out.dashboard_path} (Grafana dashboard) "
                f"for vLLM {out.names.version} metric names")
@@ -110,8 +111,8 @@ def doctor_cmd(
                            gpu_selector, vllm_version, fmt)
         return
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        if fmt not in reports.formats("doctor"):
+            raise UsageError(f"--format: expected {reports.choices_text('doctor')}, got {fmt!r}")
         if not logs:
             raise UsageError("give vLLM log files (or - for stdin), or --prometheus URL")
         stdin_text = sys.stdin.read() if "-" in logs else None
@@ -125,16 +126,7 @@ def doctor_cmd(
 
 
 def _print_report(report, fmt: str) -> None:
-    if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    elif fmt == "markdown":
-        from ..report.doctor_markdown import render_markdown
-
-        sys.stdout.write(render_markdown(report))
-    else:
-        from ..report.doctor_text import render_text
-
-        sys.stdout.write(render_text(report))
+    reports.emit("doctor", fmt, report)
 
 
 def parse_time(text: str, flag: str) -> float:
@@ -178,8 +170,8 @@ def _doctor_prometheus(url, logs, since, start, end, model_name, match, threshol
     from ..slo import parse_seconds
 
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+        if fmt not in reports.formats("doctor"):
+            raise UsageError(f"--format: expected {reports.choices_text('doctor')}, got {fmt!r}")
         if logs:
             raise UsageError("--prometheus reads the history instead of logs: run the logs separately")
         if since and start:
@@ -273,7 +265,7 @@ def watch_cmd(
         time.sleep(interval)
         snap = w.poll()
         if fmt == "json":
-            sys.stdout.write(json.dumps(snap.to_dict(), indent=2) + "\n")
+            sys.stdout.write(dumps_report(snap.to_dict()))
         else:
             from rich.console import Console
 
@@ -285,7 +277,7 @@ def watch_cmd(
     try:
         if fmt == "json":  # one JSON object per line, for piping
             while end is None or time.monotonic() < end:
-                sys.stdout.write(json.dumps(w.poll().to_dict()) + "\n")
+                sys.stdout.write(dumps_line(w.poll().to_dict()) + "\n")
                 sys.stdout.flush()
                 time.sleep(interval)
             return
@@ -332,7 +324,8 @@ def _watch_prometheus(url, server_url, interval, window, thresholds, once, fmt, 
 
     def show(snaps) -> None:
         if fmt == "json":
-            sys.stdout.write(json.dumps([s.to_dict() for s in snaps], indent=2 if once else None) + "\n")
+            rows = [s.to_dict() for s in snaps]
+            sys.stdout.write(dumps_report(rows) if once else dumps_line(rows) + "\n")
             sys.stdout.flush()
             return
         from rich.console import Console

@@ -9,13 +9,13 @@ Exit codes: 0 GO (and GO_WITH_RISKS unless --strict), 1 NO-GO (or GO_WITH_RISKS 
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from . import plan_flags as pf
 from ._exit import fail as _fail
 
@@ -103,8 +103,8 @@ def preflight_cmd(
     try:
         values = _merge(config, {k: v for k, v in flags.items() if k in given})
         fmt_value = values.get("format") or "table"
-        if fmt_value not in ("table", "json", "markdown"):
-            raise UsageError(f"--format must be table, json or markdown, got {fmt_value!r}")
+        if fmt_value not in reports.formats("preflight"):
+            raise UsageError(f"--format must be {reports.choices_text('preflight')}, got {fmt_value!r}")
         req = _plan_request(values)
         opts = _options(values)
         tok = None
@@ -137,18 +137,7 @@ def preflight_cmd(
 
 
 def _render(d: dict, fmt: str) -> None:
-    if fmt == "json":
-        from ..report.preflight_files import render_json
-
-        sys.stdout.write(render_json(d) + "\n")
-    elif fmt == "markdown":
-        from ..report.preflight_markdown import render_markdown
-
-        sys.stdout.write(render_markdown(d))
-    else:
-        from ..report.preflight_text import render_table
-
-        render_table(d)
+    reports.emit("preflight", fmt, d)
 
 
 def _merge(config: Optional[Path], given_flags: dict) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -21,9 +20,10 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from ._exit import fail as _fail
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = reports.formats("profile")
 
 
 def profile_cmd(
@@ -65,7 +65,7 @@ def profile_cmd(
     plan_args = list(ctx.args)
     try:
         if fmt not in FORMATS:
-            raise UsageError(f"--format: expected table, json or markdown, got {fmt!r}")
+            raise UsageError(f"--format: expected {reports.choices_text('profile')}, got {fmt!r}")
         if launch == bool(url):
             raise UsageError("give either --url URL (a running server) or --launch (start one from the plan flags)")
         if launch and not plan_args:
@@ -129,34 +129,8 @@ def plan_for_server(plan_args: list[str], log: Optional[Path]):
 
 
 def _write(result, fmt: str, output: Optional[Path]) -> None:
-    if fmt == "json":
-        from ..report.profile_json import render_json
-
-        text = render_json(result) + "\n"
-    elif fmt == "markdown":
-        from ..report.profile_markdown import render_markdown
-
-        text = render_markdown(result)
-    else:
-        text = None
     try:
-        if output is None:
-            if text is None:
-                from ..report.profile_text import render_table
-
-                render_table(result)
-            else:
-                sys.stdout.write(text)
-            return
-        if text is None:
-            import io
-
-            from ..report.profile_text import render_table
-
-            buf = io.StringIO()
-            render_table(result, file=buf, width=160)
-            text = buf.getvalue()
-        output.write_text(text, encoding="utf-8")
+        reports.emit("profile", fmt, result, output=output)
     except OSError as exc:
         _fail(UsageError(f"--output {output}: cannot write: {exc.strerror or exc}"))
 

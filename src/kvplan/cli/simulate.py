@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..errors import KvplanError, UsageError
+from ..report import registry as reports
 from . import plan_flags as pf
 from . import traffic_flags as tf
 from ._exit import fail as _fail
@@ -119,8 +120,8 @@ def simulate_from_flags(flags: dict) -> dict:
     fmt, slo, interval, rate, requests = flags["fmt"], flags["slo"], flags["interval"], flags["rate"], flags["requests"]
     from ..slo import parse_seconds, parse_slo
 
-    if fmt not in ("table", "json", "markdown"):
-        raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
+    if fmt not in reports.formats("simulate"):
+        raise UsageError(f"--format must be {reports.choices_text('simulate')}, got {fmt!r}")
     slos = parse_slo(slo)
     step = parse_seconds(interval, "--timeline-interval")
     if not step > 0:
@@ -172,26 +173,13 @@ def simulate_from_flags(flags: dict) -> dict:
 
 
 def _emit(d: dict, fmt: str, output: Optional[Path], html: Optional[Path]) -> None:
-    import json
-
     try:
         if output is not None:
-            output.write_text(json.dumps(d, indent=2) + "\n", encoding="utf-8")
+            reports.emit("simulate", "json", d, output=output)
         if html is not None:
             from ..report.sim_html import render_html
 
             html.write_text(render_html(d), encoding="utf-8")
     except OSError as exc:
         _fail(UsageError(f"cannot write {exc.filename}: {exc.strerror}"))
-    if fmt == "json":
-        typer.echo(json.dumps(d, indent=2))
-    elif fmt == "markdown":
-        from ..report.sim_markdown import render_markdown
-
-        typer.echo(render_markdown(d))
-    else:
-        from rich.console import Console
-
-        from ..report.sim_text import render_table
-
-        render_table(d, Console())
+    reports.emit("simulate", fmt, d)

@@ -9,12 +9,12 @@ Exit codes: 0 a configuration meets the SLOs; 1 none does (the closest is named)
 """
 from __future__ import annotations
 
-import sys
 from typing import Callable, Optional, TypeVar
 
 import typer
 
 from ..errors import UsageError
+from ..report import registry as reports
 from . import plan_flags as pf
 from . import traffic_flags as tf
 
@@ -175,8 +175,8 @@ def tune_cmd(
 ) -> None:
     """Search vLLM's flags, GPU type and TP × DP split for the best configuration under SLOs (simulated)."""
     try:
-        if fmt not in ("table", "json", "markdown"):
-            raise UsageError(f"--format must be table, json or markdown, got {fmt!r}")
+        if fmt not in reports.formats("tune"):
+            raise UsageError(f"--format must be {reports.choices_text('tune')}, got {fmt!r}")
         if top < 1:
             raise UsageError(f"--top must be at least 1, got {top}")
         from ..slo import parse_slo
@@ -224,16 +224,12 @@ def tune_cmd(
         result = tune(base, trace, slos, space=space, objective=objective, processes=processes,
                       ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive, reuse=not no_reuse,
                       extend_trace=extend)
-        text = _render(result, fmt, top, to_file=output is not None)
-        if output is not None:
-            from pathlib import Path
-
-            try:
-                Path(output).write_text(text, encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        elif text:
-            sys.stdout.write(text)
+        try:
+            reports.emit("tune", fmt, result, output=output, top=top)
+        except OSError as exc:
+            if output is None:
+                raise
+            raise UsageError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     except UsageError as exc:
         typer.echo(f"kvplan: error: {exc}", err=True)
         raise typer.Exit(2)
@@ -248,26 +244,4 @@ def tune_cmd(
             typer.echo(f"kvplan tune: no configuration meets the SLOs; closest: {c.label} ({slo_cell(c)})", err=True)
         raise typer.Exit(1)
 
-
-def _render(result, fmt: str, top: int, to_file: bool) -> str:
-    if fmt == "json":
-        from ..report.tune_json import render_json
-
-        return render_json(result) + "\n"
-    if fmt == "markdown":
-        from ..report.tune_markdown import render_markdown
-
-        return render_markdown(result, top)
-    from ..report.tune_text import render_table
-
-    if to_file:
-        import io
-
-        from rich.console import Console
-
-        buf = io.StringIO()
-        render_table(result, top, Console(file=buf, width=160, no_color=True))
-        return buf.getvalue()
-    render_table(result, top)
-    return ""
 

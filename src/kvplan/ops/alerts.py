@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from .._json import dumps_report
 from ..memory.semantics import parse_version
 from . import dcgm
 from .dcgm import GpuRuleOptions
@@ -385,6 +386,6 @@ def write(output_dir: Path, th: Thresholds, vllm_version: Optional[str] = None,
     rules_path = output_dir / RULES_FILE
     dash_path = output_dir / DASHBOARD_FILE
     rules_path.write_text(rules_yaml(th, names, models, gpu), encoding="utf-8")
-    dash_path.write_text(json.dumps(dashboard(th, names, models, gpu), indent=2) + "\n", encoding="utf-8")
+    dash_path.write_text(dumps_report(dashboard(th, names, models, gpu)), encoding="utf-8")
     written = tuple(r.alert for r in rules(th, names, models) + gpu_rules(th, names, models, gpu))
     return AlertsOutput(rules_path, dash_path, names, th, gpu, written)

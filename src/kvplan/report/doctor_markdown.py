@@ -3,12 +3,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._markdown import cell, code, fence
+
 if TYPE_CHECKING:  # the result type only: report sits below ops (tests/test_layering.py)
     from ..ops.doctor.model import DoctorReport
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
 def _num(v) -> str:
@@ -21,12 +19,12 @@ def render_markdown(r: DoctorReport) -> str:
     if r.runs:
         out += ["| run | vLLM | model | max_model_len | KV GiB | KV tokens | concurrency |", "|---|---|---|---:|---:|---:|---:|"]
         for run in r.runs:
-            out.append(f"| {_cell(run.file)}:{run.first_line}-{run.last_line} | {_cell(run.vllm_version or '?')} | "
-                       f"{_cell(run.model or '?')} | {run.max_model_len or ''} | "
+            out.append(f"| {cell(run.file)}:{run.first_line}-{run.last_line} | {cell(run.vllm_version or '?')} | "
+                       f"{cell(run.model or '?')} | {run.max_model_len or ''} | "
                        f"{'' if run.available_kv_gib is None else run.available_kv_gib} | {run.kv_cache_tokens or ''} | "
                        f"{run.max_concurrency or ''} |")
         out.append("")
-        out += [f"- fixes for {_cell(run.file)}:{run.first_line}: {_cell(run.fix_basis)}" for run in r.runs if run.fix_basis]
+        out += [f"- fixes for {cell(run.file)}:{run.first_line}: {cell(run.fix_basis)}" for run in r.runs if run.fix_basis]
         out.append("")
     if r.history:
         out += ["| deployment | models | range | requests | preemptions | peak KV | notes |",
@@ -34,23 +32,23 @@ def render_markdown(r: DoctorReport) -> str:
         for h in r.history:
             t = h.get("totals", {})
             kv = t.get("kv_cache_usage_max")
-            out.append(f"| {_cell(h['job'])}/{_cell(h['instance'])} | {_cell(', '.join(h['model_names']))} | "
+            out.append(f"| {cell(h['job'])}/{cell(h['instance'])} | {cell(', '.join(h['model_names']))} | "
                        f"{h['start']} – {h['end']} | {_num(t.get('requests'))} | {_num(t.get('preemptions'))} | "
-                       f"{'' if kv is None else f'{kv:.1%}'} | {_cell('; '.join(h.get('notes', [])))} |")
+                       f"{'' if kv is None else f'{kv:.1%}'} | {cell('; '.join(h.get('notes', [])))} |")
         out.append("")
     for f in r.findings:
-        out += [f"## `{f.id}` ({f.severity})", "", _cell(f.title), ""]
+        out += [f"## `{f.id}` ({f.severity})", "", cell(f.title), ""]
         nums = {k: v for k, v in f.to_dict()["numbers"].items() if v is not None}
         if nums:
-            out += ["Numbers: " + ", ".join(f"{k} = {_cell(v)}" for k, v in nums.items()), ""]
-        out += ["Evidence:", "", "```text"] + [f"{e.where}: {e.text.strip()[:300]}".replace("```", "'''")
+            out += ["Numbers: " + ", ".join(f"{k} = {cell(v)}" for k, v in nums.items()), ""]
+        out += ["Evidence:", "", "```text"] + [fence(f"{e.where}: {e.text.strip()[:300]}")
                                                for e in f.evidence] + ["```", ""]
         if f.fixes:
             out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]
-            out += [f"| {n} | `{_cell(x.change)}` | {x.cost}{(': ' + _cell(x.price)) if x.price else ''} | "
-                    f"{_cell(x.effect)} | {_cell(x.basis)} |"
+            out += [f"| {n} | `{code(x.change)}` | {x.cost}{(': ' + cell(x.price)) if x.price else ''} | "
+                    f"{cell(x.effect)} | {cell(x.basis)} |"
                     for n, x in enumerate(f.fixes, 1)]
             out.append("")
-        out += [f"- collect next: {_cell(c)}" for c in f.collect_next]
-    out += [f"- collect next: {_cell(c)}" for c in r.collect_next]
+        out += [f"- collect next: {cell(c)}" for c in f.collect_next]
+    out += [f"- collect next: {cell(c)}" for c in r.collect_next]
     return "\n".join(out).rstrip() + "\n"

@@ -1,10 +1,9 @@
 """JSON rendering of ``kvplan lengths`` (the contract documented in docs/lengths.md)."""
 from __future__ import annotations
 
-import json
-
+from .._json import dumps_report
 from ..workload.result import LengthsResult
 
 
 def render_json(result: LengthsResult) -> str:
-    return json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
+    return dumps_report(result.to_dict())

@@ -2,25 +2,22 @@
 from __future__ import annotations
 
 from ..workload.result import LengthsResult
+from ._markdown import cell, code
 from .lengths_common import DIST_ROWS, counted_line, estimate_tag, pct, records_line, sparkline
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(r: LengthsResult) -> str:
     rec = r.recommendation
     out = [f"# kvplan lengths{estimate_tag(r)}", "", records_line(r) + ".", "", counted_line(r) + ".", ""]
     if r.notes:
-        out += [f"> {_cell(n)}" for n in r.notes] + [""]
+        out += [f"> {cell(n)}" for n in r.notes] + [""]
     out += ["## Recommendations", "", "| setting | value | why |", "|---|---:|---|",
-            f"| `--max-model-len` | {rec.max_model_len or 'n/a'} | {_cell(rec.max_model_len_reason)} |",
-            f"| `max_tokens` | {rec.max_tokens or 'n/a'} | {_cell(rec.max_tokens_reason)} |",
-            f"| history (turns) | {rec.history_turns or 'none'} | {_cell(rec.history_reason)} |",
+            f"| `--max-model-len` | {rec.max_model_len or 'n/a'} | {cell(rec.max_model_len_reason)} |",
+            f"| `max_tokens` | {rec.max_tokens or 'n/a'} | {cell(rec.max_tokens_reason)} |",
+            f"| history (turns) | {rec.history_turns or 'none'} | {cell(rec.history_reason)} |",
             f"| history (tokens) | {rec.history_tokens or 'n/a'} | max_model_len − max_tokens |"]
     if rec.outliers:
-        out.append(f"| outliers | {rec.outliers:,} | {_cell(rec.outliers_reason)} |")
+        out.append(f"| outliers | {rec.outliers:,} | {cell(rec.outliers_reason)} |")
     out.append("")
     out += ["## Token lengths", "", "| | count | mean | P50 | P90 | P95 | P99 | P99.9 | max |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -59,5 +56,5 @@ def render_markdown(r: LengthsResult) -> str:
                                                   if a.concurrency_peak is not None else "")]
     if r.issues:
         out += ["", "## Skipped (first ones)", ""]
-        out += [f"- `{_cell(i.file)}:{i.line}` {_cell(i.message)} ({i.reason})" for i in r.issues[:20]]
+        out += [f"- `{code(i.file)}:{i.line}` {cell(i.message)} ({i.reason})" for i in r.issues[:20]]
     return "\n".join(out) + "\n"

@@ -13,7 +13,17 @@ from ._common import (
 )
 
 
-def render_markdown(r: PlanResult) -> str:
+def render_markdown(r: PlanResult, traffic=None) -> str:
+    """The plan; ``traffic`` (a ``TrafficFit`` from ``--requests``) appends its section."""
+    text = _plan_markdown(r)
+    if traffic is not None:
+        from .lengths_traffic import render_traffic_markdown
+
+        text += render_traffic_markdown(traffic)
+    return text
+
+
+def _plan_markdown(r: PlanResult) -> str:
     out: list[str] = [f"# kvplan: {headline(r)}", ""]
     border = borderline_text(r)
     tag = " (borderline)" if border else ""

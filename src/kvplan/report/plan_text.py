@@ -59,8 +59,17 @@ def _verdict(r: PlanResult) -> Panel:
     return Panel(body, title=verdict_title(r), border_style="yellow" if border else "red")
 
 
-def render_table(r: PlanResult, compact: bool = False, console: Console | None = None) -> None:
+def render_table(r: PlanResult, compact: bool = False, console: Console | None = None, traffic=None) -> None:
+    """Draw the plan on ``console``; ``traffic`` (a ``TrafficFit`` from ``--requests``) adds its section."""
     con = console or Console()
+    _plan_table(r, compact, con)
+    if traffic is not None:
+        from .lengths_traffic import render_traffic_table
+
+        render_traffic_table(traffic, con)
+
+
+def _plan_table(r: PlanResult, compact: bool, con: Console) -> None:
     con.print(Text(headline(r), style="bold"))
     con.print(Text(f"{r.model.summary}; {r.model.params / 1e9:.2f}B params", style="dim"))
     con.print(_verdict(r))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._json import dumps_report
+
 REPORT_FILES = {"json": "preflight.json", "markdown": "preflight.md", "html": "preflight.html"}
 
 
 def render_json(d: dict) -> str:
-    from ..bench.io import dumps  # JSON without NaN/Infinity (strict parsers reject them)
-
-    return dumps(d)
+    return dumps_report(d)
 
 
 def write_reports(d: dict, output_dir: Path) -> dict:
@@ -23,6 +23,6 @@ def write_reports(d: dict, output_dir: Path) -> dict:
     out = Path(output_dir)
     paths = {f"report_{k}": str(out / name) for k, name in REPORT_FILES.items()}
     d = {**d, "files": {**(d.get("files") or {}), **paths}}
-    for kind, text in (("json", render_json(d) + "\n"), ("markdown", render_markdown(d)), ("html", render_html(d))):
+    for kind, text in (("json", render_json(d)), ("markdown", render_markdown(d)), ("html", render_html(d))):
         _atomic_write(out / REPORT_FILES[kind], lambda f, t=text: f.write(t))
     return d

@@ -21,14 +21,15 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Optional[int] = None) -> None:
+def render_table(r: ProfileResult, file: Optional[IO[str]] = None, width: Optional[int] = None,
+                 console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from rich import box
 
-    console = Console(file=file, width=width, highlight=False)
+    console = console or Console(file=file, width=width, highlight=False)
     # Below 100 columns: borderless tables, and the probes keep the columns that say whether the
     # plan held (--format json has the per-request block arithmetic too).
     narrow = console.width < 100

@@ -2,32 +2,29 @@
 from __future__ import annotations
 
 from ..sim.tune import TuneResult
+from ._markdown import cell, code, fence
 from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, verdict
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
-
-
 def render_markdown(r: TuneResult, top: int = 10) -> str:
-    out = ["# kvplan tune", "", _cell(headline(r)), "", f"**{_cell(verdict(r))}**", ""]
+    out = ["# kvplan tune", "", cell(headline(r)), "", f"**{cell(verdict(r))}**", ""]
     w = r.winner
     if w is not None:
-        out += ["```bash", w.serve_command.replace("```", "'''"), "```", ""]
-    out += [_cell(pruned_text(r)), ""]
+        out += ["```bash", fence(w.serve_command), "```", ""]
+    out += [cell(pruned_text(r)), ""]
     if r.rows:
         out += _table(r, top)
     if r.pruned.examples:
         out += ["", "## Pruned by the memory plan", ""]
-        out += [f"- `{_cell(k)}` ({dict(r.pruned.by_reason).get(k, 0)}): {_cell(v)}" for k, v in r.pruned.examples]
+        out += [f"- `{code(k)}` ({dict(r.pruned.by_reason).get(k, 0)}): {cell(v)}" for k, v in r.pruned.examples]
     if r.notes:
-        out += ["", *[f"- {_cell(n)}" for n in r.notes]]
+        out += ["", *[f"- {cell(n)}" for n in r.notes]]
     from .sim_common import clock_line
 
     for gpu, clock in r.clock.items():
         line = clock_line({"clock": clock} if clock.get("kernel_tables") else
                           {"source": clock.get("source", ""), "fit": clock.get("model") == "calibrated profile"})
-        out.append(f"- clock on {_cell(gpu)}: {_cell(line)}")
+        out.append(f"- clock on {cell(gpu)}: {cell(line)}")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -38,11 +35,11 @@ def _table(r: TuneResult, top: int) -> list[str]:
            "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for row in r.rows[:top]:
         f = row.flags
-        out.append(f"| {row.rank} | {_cell(config_cell(row))} | {f['max_num_seqs']} | {f['max_num_batched_tokens']} | "
-                   f"{f['max_model_len']} | {f['gpu_memory_utilization']:g} | {_cell(f['kv_cache_dtype'])} | "
+        out.append(f"| {row.rank} | {cell(config_cell(row))} | {f['max_num_seqs']} | {f['max_num_batched_tokens']} | "
+                   f"{f['max_model_len']} | {f['gpu_memory_utilization']:g} | {cell(f['kv_cache_dtype'])} | "
                    f"{row.goodput_per_gpu:.3g} | {row.throughput['output_tokens_per_s_per_gpu']:,.0f} | "
                    f"{seconds(row.metric('ttft_p99'))} | {seconds(row.metric('tpot_p99'))} | "
-                   f"{seconds(row.metric('e2e_p99'))} | {row.preemptions} | {_cell(slo_cell(row))} | "
+                   f"{seconds(row.metric('e2e_p99'))} | {row.preemptions} | {cell(slo_cell(row))} | "
                    f"{'yes' if row.pareto else ''} |")
     if len(r.rows) > top:
         out.append(f"\n{len(r.rows) - top} more configuration(s) in the JSON output.")
@@ -50,6 +47,6 @@ def _table(r: TuneResult, top: int) -> list[str]:
     by_rank = {row.rank: row for row in r.rows}
     for rank in r.pareto:
         row = by_rank[rank]
-        out.append(f"- #{rank} {_cell(row.label)}: {row.throughput['output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
+        out.append(f"- #{rank} {cell(row.label)}: {row.throughput['output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
                    f"{lat} {seconds(row.metric(lat))}")
     return out

@@ -14,7 +14,6 @@ an uploaded log (see :class:`Uploads`).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 from functools import lru_cache
@@ -235,4 +234,7 @@ def versions_json() -> dict:
 
 
 def dumps(d: Any) -> str:
-    return json.dumps(d, ensure_ascii=False)
+    """An answer's body: kvplan's one JSON policy (:mod:`kvplan._json`; a NaN would break the page's JSON.parse)."""
+    from .._json import dumps_line
+
+    return dumps_line(d)
