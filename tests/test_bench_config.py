@@ -17,7 +17,7 @@ from kvplan.bench.compare import compare
 from kvplan.bench.config import BenchConfig, LengthDist, parse_length, parse_seconds, parse_slo
 from kvplan.bench.prompts import RequestSource
 from kvplan.bench.result import build_result
-from kvplan.bench.stats import diff_ci, percentile
+from kvplan.bench.stats import percentile, quantile_change_ci
 from kvplan.errors import UsageError
 
 
@@ -117,14 +117,14 @@ def test_percentile_matches_numpy_linear():
     assert percentile([], 50) is None and percentile([2.0], 99) == 2.0
 
 
-def test_bootstrap_ci_detects_shift_and_not_noise():
+def test_quantile_change_ci_detects_shift_and_not_noise():
     rng = random.Random(1)
     base = [rng.lognormvariate(0, 0.3) for _ in range(3000)]
     same = [rng.lognormvariate(0, 0.3) for _ in range(3000)]
     worse = [x * 1.3 for x in (rng.lognormvariate(0, 0.3) for _ in range(3000))]
-    pt, lo, hi = diff_ci(base, same, 0.5)
+    pt, lo, hi = quantile_change_ci(base, same, 0.5, 0.95)
     assert lo < 0 < hi
-    pt, lo, hi = diff_ci(base, worse, 0.5)
+    pt, lo, hi = quantile_change_ci(base, worse, 0.5, 0.95)
     assert 0.2 < lo <= pt <= hi < 0.4
 
 

@@ -112,3 +112,23 @@ def test_every_startup_error_kind_is_covered():
     made = set(re.findall(r'StartupError\("(\w+)"', inspect.getsource(admission)))
     assert made == {"no_kv_memory", "max_model_len_too_large", "max_model_len_above_derived", "tp_heads", "free_memory",
                     "weights_oom"}
+
+
+def test_every_error_template_reads_back_what_it_writes():
+    """Each template of kvplan.memory.error_texts: the text it writes is found by its own pattern,
+    every named field read back as written (whatever the alternative wording)."""
+    from kvplan.memory import error_texts as et
+
+    sample = {et.INT: 32_768, et.FLOAT: 6.4, et.WORD: "max_position_embeddings"}
+    templates = [t for t in vars(et).values() if isinstance(t, et.Text)]
+    assert len(templates) >= 7
+    for t in templates:
+        choices = {name: (list(kind) if isinstance(kind, tuple) else [""] if isinstance(kind, et.Raw)
+                          else [sample[kind]]) for name, kind in t.kinds.items()}
+        for i in range(max((len(c) for c in choices.values()), default=1)):
+            values = {name: c[min(i, len(c) - 1)] for name, c in choices.items()}
+            m = t.pattern.search(_logged(t.format(**values)))
+            assert m, t.template
+            for name, kind in t.kinds.items():
+                if not isinstance(kind, (et.Alt, et.Raw)):
+                    assert m.group(name) == str(values[name]), (t.template, name)

@@ -18,7 +18,7 @@ def test_small_kv_burst_preempts_exactly_once(async_sched):
     reqs = [SimRequest(0.0, 1000, 500) for _ in range(4)]
     e = run(reqs, num_gpu_blocks=160, block_size=32, max_model_len=2048, async_scheduling=async_sched)
     assert e.preemptions == 1
-    assert all(r.status == DONE and r.out == 500 for r in e.reqs)
+    assert all(r.status == DONE and r.num_output_tokens == 500 for r in e.reqs)
     victim = [r for r in e.reqs if r.preempted]
     assert [r.i for r in victim] == [3]  # the LAST of the running queue
     # preempted when the 4th request needs its 40th block: 3 x 40 + 40 > 159 usable, at 1,248
@@ -66,7 +66,7 @@ def test_too_long_prompts_are_rejected_and_outputs_clamped():
     e = run([SimRequest(0.0, 4096, 10), SimRequest(0.0, 5000, 10), SimRequest(0.0, 4000, 500)])
     assert [r.status for r in e.reqs] == [REJECTED, REJECTED, DONE]
     assert e.rejected == 2 and e.rejected_reasons == {"prompt_too_long": 2}
-    assert e.reqs[2].out == 96  # get_max_tokens: max_model_len - prompt
+    assert e.reqs[2].num_output_tokens == 96  # get_max_tokens: max_model_len - prompt
 
 
 def test_shared_prefix_hits_full_blocks_only():
@@ -127,9 +127,9 @@ def test_requests_are_never_lost():
     for r in e.reqs:
         if r.status == DONE:
             assert r.arrival <= r.t_sched <= r.t_first <= r.t_end
-            assert r.out == r.O
+            assert r.num_output_tokens == r.max_tokens
     assert all(0.0 <= row["kv_usage"] <= 1.0 for row in e.timeline)
-    assert math.isclose(sum(c for _, c in e.itl_w) + len(e.itl_x), sum(r.out - 1 for r in e.reqs))
+    assert math.isclose(sum(c for _, c in e.itl_w) + len(e.itl_x), sum(r.num_output_tokens - 1 for r in e.reqs))
 
 
 class _NoStretch(Engine):

@@ -42,11 +42,11 @@ class _Audited(Engine):
             return
         used = 0
         for r in self.running:
-            nc = self._nc(r)
-            full = nc // self.bs
-            own = -(-nc // self.bs)
-            own -= max(0, full - r.rb) if r.ext is not None and r.ext is r.sh else r.sh_h
-            own -= min(full, r.rb) if r.root_ext else r.root_h
+            nc = self._num_computed(r)
+            full = nc // self.block_size
+            own = -(-nc // self.block_size)
+            own -= max(0, full - r.root_blocks) if r.ext is not None and r.ext is r.sh else r.sh_h
+            own -= min(full, r.root_blocks) if r.root_ext else r.root_h
             used += own
         shared = {id(c): c for r in self.running for c in (r.sh, r.root) if c is not None}
         for ch in shared.values():
@@ -80,15 +80,16 @@ def test_no_request_lost_times_monotonic_kv_bounded(reqs, cfg):
     rejected = [r for r in e.reqs if r.status == REJECTED]
     assert len(done) + len(rejected) == len(trace) and e.rejected == len(rejected)
     for r in rejected:
-        assert r.P >= cfg["max_model_len"]
+        assert r.num_prompt_tokens >= cfg["max_model_len"]
     for r in done:
         assert r.arrival <= r.t_sched <= r.t_first <= r.t_end
-        assert r.out == r.O == max(1, min(trace[r.i].output_tokens, cfg["max_model_len"] - r.P))
+        clamped = max(1, min(trace[r.i].output_tokens, cfg["max_model_len"] - r.num_prompt_tokens))
+        assert r.num_output_tokens == r.max_tokens == clamped
     assert all(0.0 <= row["kv_usage"] <= 1.0 for row in e.timeline)
     assert all(row["running"] <= cfg["max_num_seqs"] for row in e.timeline)
     assert e.pool.check() is None
     assert e.pool.free == e.pool.usable  # every block back in the free queue at the end
-    assert sum(c for _, c in e.itl_w) + len(e.itl_x) == sum(r.out - 1 for r in done)
+    assert sum(c for _, c in e.itl_w) + len(e.itl_x) == sum(r.num_output_tokens - 1 for r in done)
     assert sorted(e.first_order) == sorted(r.i for r in done)
 
 

@@ -17,30 +17,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping, Optional
 
+from ..memory import vllm_metrics as VM
+
 Labels = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, Labels]
 
-#: stable key -> every exposed name it has had, newest first (see vllm-memory-model.md §7).
-ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "requests_running": ("vllm:num_requests_running",),
-    "requests_waiting": ("vllm:num_requests_waiting",),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "prompt_tokens": ("vllm:prompt_tokens_total",),
-    "generation_tokens": ("vllm:generation_tokens_total",),
-    "request_success": ("vllm:request_success_total",),
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "tpot": ("vllm:request_time_per_output_token_seconds",),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-    "queue_time": ("vllm:request_queue_time_seconds",),
-})
-GAUGE_KEYS = ("kv_cache_usage", "requests_running", "requests_waiting")
-COUNTER_KEYS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens",
-                "request_success")
-HISTOGRAM_KEYS = ("ttft", "itl", "tpot", "e2e", "queue_time")
+#: stable key -> every exposed name it has had, newest first: vLLM's names and renames are one table,
+#: kvplan.memory.vllm_metrics (alerts and watch use it too)
+ALIASES: Mapping[str, tuple[str, ...]] = VM.ALIASES
+GAUGE_KEYS = VM.keys_of(VM.GAUGE)
+COUNTER_KEYS = VM.keys_of(VM.COUNTER)
+HISTOGRAM_KEYS = VM.keys_of(VM.HISTOGRAM)
 _SUFFIXES = ("_bucket", "_count", "_sum")
 
 

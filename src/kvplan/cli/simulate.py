@@ -27,7 +27,7 @@ _PLAN_DEFAULTS = {"device": "cuda", "tensor_parallel_size": 1, "pipeline_paralle
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_cmd)
+    app.command("simulate")(tf.bench_flags(simulate_cmd))
 
 
 def simulate_cmd(
@@ -53,19 +53,8 @@ def simulate_cmd(
     num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
     gpus_per_node: pf.GpusPerNode = 8,
     disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    # traffic: vllm bench serve's flags (cli/traffic_flags.py) ...
-    request_rate: tf.RequestRate = None,
-    burstiness: tf.Burstiness = None,
-    max_concurrency: tf.MaxConcurrency = None,
-    num_prompts: tf.NumPrompts = None,
-    dataset_name: tf.DatasetName = None,
-    random_input_len: tf.RandomInputLen = None,
-    random_output_len: tf.RandomOutputLen = None,
-    random_range_ratio: tf.RandomRangeRatio = None,
-    random_prefix_len: tf.RandomPrefixLen = None,
-    sharegpt_output_len: tf.SharegptOutputLen = None,
-    ignore_eos: tf.IgnoreEos = None,
-    num_warmups: tf.NumWarmups = None,
+    # traffic: vllm bench serve's flags (cli/traffic_flags.py: tf.bench_flags puts them here) ...
+    bench: Optional[dict] = None,
     warm_prompts: tf.WarmPrompts = None,
     warm_prompt_len: tf.WarmPromptLen = None,
     from_bench_cmd: tf.FromBenchCmd = None,
@@ -95,7 +84,9 @@ def simulate_cmd(
 ) -> None:
     """Predict vLLM's latency and throughput for a traffic mix on a plan, step by step (V1 scheduler)."""
     try:
-        d = simulate_from_flags(dict(locals()))
+        flags = dict(locals())
+        flags.update(flags.pop("bench"))
+        d = simulate_from_flags(flags)
     except typer.Exit:
         raise
     except UsageError as exc:

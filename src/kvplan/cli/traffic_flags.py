@@ -14,8 +14,10 @@ A flag given on kvplan's command line wins over the same flag in ``--from-bench-
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -51,6 +53,40 @@ FromBenchCmd = Annotated[Optional[str], typer.Option(
     "--from-bench-cmd", help='Paste the run: "vllm bench serve ..." or "python benchmarks/benchmark_serving.py ...".')]
 FromServeCmd = Annotated[Optional[str], typer.Option(
     "--from-serve-cmd", help='Paste the server: "vllm serve MODEL ..." (its plan flags).')]
+
+#: vllm bench serve's flags that ``kvplan simulate`` and ``kvplan tune`` both take, in their
+#: ``--help`` order: declared once here, attached to each command by :func:`bench_flags`
+BENCH_OPTIONS = (("request_rate", RequestRate), ("burstiness", Burstiness), ("max_concurrency", MaxConcurrency),
+                 ("num_prompts", NumPrompts), ("dataset_name", DatasetName), ("random_input_len", RandomInputLen),
+                 ("random_output_len", RandomOutputLen), ("random_range_ratio", RandomRangeRatio),
+                 ("random_prefix_len", RandomPrefixLen), ("sharegpt_output_len", SharegptOutputLen),
+                 ("ignore_eos", IgnoreEos), ("num_warmups", NumWarmups))
+
+
+def bench_flags(command: Callable) -> Callable:
+    """Give a typer command vllm bench serve's traffic flags (:data:`BENCH_OPTIONS`, each
+    ``None`` unless given) in place of its keyword parameter ``bench``: the command's signature
+    lists them there (so ``--help`` and click's parser see them as the command's own options) and
+    the command receives them as one dict, ``bench`` (name -> value; merge it into the flags dict
+    that :func:`traffic_maker` reads)."""
+    sig = inspect.signature(command, eval_str=True)
+    params = list(sig.parameters.values())
+    at = next(i for i, q in enumerate(params) if q.name == "bench")
+    added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=kind)
+             for name, kind in BENCH_OPTIONS]
+    names = tuple(name for name, _ in BENCH_OPTIONS)
+
+    @functools.wraps(command)
+    def with_bench(**kwargs):
+        bench = {name: kwargs.pop(name, None) for name in names}
+        return command(bench=bench, **kwargs)
+
+    new = params[:at] + added + params[at + 1:]
+    with_bench.__signature__ = sig.replace(parameters=new)
+    with_bench.__annotations__ = {q.name: q.annotation for q in new if q.annotation is not inspect.Parameter.empty}
+    del with_bench.__wrapped__  # typer reads the signature above, not the command's own
+    return with_bench
+
 
 #: the bench flags' BenchTraffic field names
 BENCH_KEYS = ("request_rate", "burstiness", "max_concurrency", "num_prompts", "dataset_name", "random_input_len",

@@ -103,7 +103,7 @@ def build_space(*, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memo
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tune")(tune_cmd)
+    app.command("tune")(tf.bench_flags(tune_cmd))
 
 
 def tune_cmd(
@@ -131,19 +131,9 @@ def tune_cmd(
     num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override", help="(base GPU/TP/utilization only)"),
     gpus_per_node: pf.GpusPerNode = 8,
     disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    # traffic (as `kvplan simulate`): vllm bench serve's flags, offered to the whole deployment ...
-    request_rate: tf.RequestRate = None,
-    burstiness: tf.Burstiness = None,
-    max_concurrency: tf.MaxConcurrency = None,
-    num_prompts: tf.NumPrompts = None,
-    dataset_name: tf.DatasetName = None,
-    random_input_len: tf.RandomInputLen = None,
-    random_output_len: tf.RandomOutputLen = None,
-    random_range_ratio: tf.RandomRangeRatio = None,
-    random_prefix_len: tf.RandomPrefixLen = None,
-    sharegpt_output_len: tf.SharegptOutputLen = None,
-    ignore_eos: tf.IgnoreEos = None,
-    num_warmups: tf.NumWarmups = None,
+    # traffic (as `kvplan simulate`): vllm bench serve's flags, offered to the whole deployment
+    # (cli/traffic_flags.py: tf.bench_flags puts them here) ...
+    bench: Optional[dict] = None,
     from_bench_cmd: tf.FromBenchCmd = None,
     # ... and kvplan's
     rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
@@ -190,6 +180,7 @@ def tune_cmd(
                             gpu=None if gpu_memory else gpu,
                             coverage=coverage if coverage is not None else (99.9 if requests else None))
         flags = dict(locals())
+        flags.update(flags.pop("bench"))
         if not model and from_bench_cmd:
             from ..workload.bench_cmd import parse_bench_cmd
 

@@ -3,13 +3,16 @@
 Texts are copied from vLLM's source (shared reference ``vllm-memory-model.md`` §4):
 ``_check_enough_kv_cache_memory`` (kv_cache_planning.py / kv_cache_utils.py),
 ``_get_and_verify_max_len`` and ``verify_with_parallel_config`` (config/model.py),
-``request_memory`` (v1/worker/utils.py).
+``request_memory`` (v1/worker/utils.py). The part of each text that ``kvplan doctor`` recognises is
+a template of :mod:`kvplan.memory.error_texts` (the doctor's patterns are derived from it); the
+version-dependent rest is written here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from . import error_texts as et
 from .semantics import VllmSemantics
 
 DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
@@ -24,7 +27,7 @@ class StartupError:
 
 def no_memory_for_cache_blocks(sem: VllmSemantics) -> StartupError:
     v = sem.version
-    text = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
+    text = et.NO_BLOCKS.format() + ". Try increasing `gpu_memory_utilization` when initializing the engine"
     if v >= (0, 22):
         text += (" (this flag also controls CPU memory reservation on the CPU backend, despite its name). " + DOCS)
     elif v >= (0, 13):
@@ -40,15 +43,15 @@ def max_model_len_too_large(sem: VllmSemantics, max_model_len: int, needed_bytes
     """The texts e0–e4 of docs/vllm-semantics.md §1.3, by version."""
     v = sem.version
     if sem.engine == "V0":
-        text = (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
-                f"that can be stored in KV cache ({block_size * (num_gpu_blocks // pp)}). Try increasing "
-                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+        text = ("The model's " + et.KV_TOO_SMALL_V0.format(max_len=max_model_len,
+                                                             tokens=block_size * (num_gpu_blocks // pp))
+                + ". Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+                "engine.")
         return StartupError("max_model_len_too_large", text, estimated)
     needed, avail = sem.gib(needed_bytes), sem.gib(available_bytes)
     model_s = "model's" if v >= (0, 22) else "models's"
-    head = (f"To serve at least one request with the {model_s} max seq len ({max_model_len}), ({needed} GiB KV "
-            f"cache is needed, which is larger than the available KV cache memory ({avail} GiB).")
-    estimate = f" Based on the available memory, the estimated maximum model length is {estimated}."
+    head = et.KV_TOO_SMALL.format(model_s=model_s, max_len=max_model_len, needed=needed, available=avail) + "."
+    estimate = et.KV_ESTIMATE.format(estimate=estimated) + "."
     if v < (0, 9):  # e0: a concatenation bug drops the estimate
         text = head + " Based on the available memory,  Try increasing `gpu_memory_utilization` or decreasing " \
                       "`max_model_len` when initializing the engine."
@@ -75,8 +78,8 @@ def max_model_len_too_large(sem: VllmSemantics, max_model_len: int, needed_bytes
 def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, derived: float,
                                 model_max_length: Optional[int]) -> StartupError:
     mml = model_max_length if model_max_length is not None else "None"
-    head = (f"User-specified max_model_len ({user_len}) is greater than the derived max_model_len "
-            f"({key}={derived} or model_max_length={mml} in model's config.json).")
+    head = (et.MAX_LEN_ABOVE_DERIVED.format(requested=user_len, key=key, derived=derived)
+            + f"{mml} in model's config.json).")
     if sem.long_max_model_len_error_style == "caution":
         tail = (" To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
                 "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
@@ -93,20 +96,18 @@ def max_model_len_above_derived(sem: VllmSemantics, user_len: int, key: str, der
 
 
 def heads_not_divisible(num_heads: int, tp: int) -> StartupError:
-    return StartupError("tp_heads", f"Total number of attention heads ({num_heads}) must be divisible by "
-                                    f"tensor parallel size ({tp}).")
+    return StartupError("tp_heads", et.TP_NOT_DIVISIBLE.format(what="attention heads", value=num_heads, tp=tp) + ".")
 
 
 def free_memory_below_requested(sem: VllmSemantics, free: int, total: int, util: float, requested: int,
                                 device: str = "cuda:0") -> StartupError:
     if sem.free_memory_error_names_device:
-        text = (f"Free memory on device {device} ({sem.gib(free)}/{sem.gib(total)} GiB) on startup is less than "
-                f"desired GPU memory utilization ({util}, {sem.gib(requested)} GiB). Decrease GPU memory "
-                "utilization or reduce GPU memory used by other processes.")
+        head = et.FREE_MEMORY.format(device=f" {device}", free=sem.gib(free), total=sem.gib(total), util=util,
+                                     requested=sem.gib(requested))
     else:
-        text = (f"Free memory on device ({round(free / 2**30, 2)}/{round(total / 2**30, 2)} GiB) on startup is less "
-                f"than desired GPU memory utilization ({util}, {round(requested / 2**30, 2)} GiB). Decrease GPU "
-                "memory utilization or reduce GPU memory used by other processes.")
+        head = et.FREE_MEMORY.format(device="", free=round(free / 2**30, 2), total=round(total / 2**30, 2), util=util,
+                                     requested=round(requested / 2**30, 2))
+    text = head + ". Decrease GPU memory utilization or reduce GPU memory used by other processes."
     return StartupError("free_memory", text)
 
 

@@ -1,10 +1,8 @@
 """``kvplan alerts``: Prometheus alerting rules and a Grafana dashboard for a vLLM deployment.
 
-The metric names follow the chosen vLLM version (vllm-memory-model.md §7): vLLM renamed
-``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc``, ``gpu_prefix_cache_*`` -> ``prefix_cache_*``
-and ``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``. In 0.11 both names were
-exported; from 0.15 only the new ones. We switch at 0.11 so a rule never watches a name that the
-server has hidden (0.11 hides ``gpu_cache_usage_perc`` unless ``--show-hidden-metrics-for-version``).
+The metric names follow the chosen vLLM version: :mod:`kvplan.memory.vllm_metrics` is the one
+table of vLLM's names and their renames (``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc`` at
+0.11, ...), shared with bench and watch.
 
 The YAML is written by hand, every string as a JSON string literal: JSON strings are valid YAML
 double-quoted scalars, so no value (a PromQL ``=~"a|b"``, a ``{{ $labels }}`` template) can ever be
@@ -14,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Optional
 
 from .._json import dumps_report
+from ..memory import vllm_metrics as VM
 from ..memory.semantics import parse_version
 from . import dcgm
 from .dcgm import GpuRuleOptions
@@ -58,26 +57,11 @@ class MetricNames:
 
 
 def metric_names(vllm_version: Optional[str] = None) -> MetricNames:
+    """The names ``vllm_version`` exposes (kvplan.memory.vllm_metrics, the one table of vLLM's names)."""
     v = parse_version(vllm_version)
-    new = v >= (0, 11)
-    v1 = v >= (0, 8)
-    return MetricNames(
-        version=".".join(str(p) for p in v),
-        kv_cache_usage="vllm:kv_cache_usage_perc" if new else "vllm:gpu_cache_usage_perc",
-        requests_running="vllm:num_requests_running",
-        requests_waiting="vllm:num_requests_waiting",
-        preemptions="vllm:num_preemptions_total",
-        prompt_tokens="vllm:prompt_tokens_total",
-        generation_tokens="vllm:generation_tokens_total",
-        request_success="vllm:request_success_total",
-        prefix_cache_queries=("vllm:prefix_cache_queries_total" if new else "vllm:gpu_prefix_cache_queries_total") if v1 else None,
-        prefix_cache_hits=("vllm:prefix_cache_hits_total" if new else "vllm:gpu_prefix_cache_hits_total") if v1 else None,
-        ttft="vllm:time_to_first_token_seconds",
-        itl="vllm:inter_token_latency_seconds" if new else "vllm:time_per_output_token_seconds",
-        e2e="vllm:e2e_request_latency_seconds",
-        queue_time="vllm:request_queue_time_seconds",
-        has_engine_label=v1,
-    )
+    return MetricNames(version=".".join(str(p) for p in v), has_engine_label=v >= (0, 8),
+                       **{f.name: VM.name_for(f.name, v) for f in fields(MetricNames)
+                          if f.name not in ("version", "has_engine_label")})
 
 
 def model_selector(model_names: Iterable[str] = ()) -> str:

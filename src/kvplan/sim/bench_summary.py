@@ -69,8 +69,8 @@ def bench_summary(engine, trace, overhead_s: float) -> dict:
     ends = [r.t_end + overhead_s for r in done]
     failed_at = [r.arrival for r in reqs if r.status != DONE and math.isfinite(r.arrival)]
     duration = max(ends + failed_at, default=0.0)
-    total_in = sum((client[r.i] if client[r.i] is not None else r.P) for r in done)
-    total_out = sum(r.out for r in done)
+    total_in = sum((client[r.i] if client[r.i] is not None else r.num_prompt_tokens) for r in done)
+    total_out = sum(r.num_output_tokens for r in done)
     out: dict = {"duration": round(duration, 6), "completed": len(done), "failed": len(reqs) - len(done),
                  "total_input_tokens": total_in, "total_output_tokens": total_out}
     if trace.bench is not None:
@@ -83,7 +83,7 @@ def bench_summary(engine, trace, overhead_s: float) -> dict:
     out["total_token_throughput"] = _rate(total_in + total_out, d)
     ttft = [r.t_first - r.arrival + overhead_s for r in done]
     e2e = [r.t_end - r.arrival + overhead_s for r in done]
-    tpot = [(r.t_end - r.t_first) / (r.out - 1) for r in done if r.out > 1]
+    tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
     _stats(ttft, "ttft", out)
     _stats(tpot, "tpot", out)
     _weighted_stats(list(engine.itl_w) + [(x, 1) for x in engine.itl_x], "itl", out)
@@ -114,7 +114,7 @@ def _peaks(done: list, overhead_s: float) -> tuple[int, float]:
         b = int(r.t_end + overhead_s - t0)
         active[a] += 1
         active[min(b + 1, nb)] -= 1
-        k = r.out
+        k = r.num_output_tokens
         if k <= 0:
             continue
         first = r.t_first + overhead_s - t0

@@ -32,13 +32,13 @@ step's token budget are counted in the step of their first token.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
+from ..workload.runfiles import find_records, iter_records, load_result
 from .fitmath import explained, nnls, quality
 from .steptime import StepTimeProfile
 
@@ -101,70 +101,17 @@ class CalibrationResult:
 
 
 # --------------------------------------------------------------------------- reading runs
+# The run files' format is read by kvplan.workload.runfiles, the one reader bench uses too.
+_CALIBRATE_READS = "calibrate reads the --output of `kvplan bench`"
+_RECORDS_NEEDED = " (calibration needs each request's token times, the result JSON alone has only percentiles)"
+
+
 def _load_json(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
-    if not isinstance(data, dict) or data.get("kind") != "kvplan.bench":
-        raise UsageError(f"{path}: not a kvplan bench result (no \"kind\": \"kvplan.bench\"); "
-                         "calibrate reads the --output of `kvplan bench`")
-    return data
+    return load_result(path, hint=_CALIBRATE_READS)
 
 
 def _records_path(result_path: Path, result: dict, given: Optional[str | Path]) -> Path:
-    if given is not None:
-        return Path(given)
-    candidates = []
-    rf = result.get("records_file")
-    if isinstance(rf, str) and rf:
-        p = Path(rf)
-        candidates += [p] if p.is_absolute() else [result_path.parent / p, p, result_path.parent / p.name]
-    stem = result_path.name[:-5] if result_path.name.endswith(".json") else result_path.name
-    candidates.append(result_path.with_name(stem + ".records.jsonl"))
-    for c in candidates:
-        if c.exists():
-            return c
-    raise UsageError(f"{result_path}: its per-request records were not found (tried "
-                     f"{', '.join(str(c) for c in dict.fromkeys(candidates))}); pass --records FILE "
-                     "(calibration needs each request's token times, the result JSON alone has only percentiles)")
-
-
-def _iter_records(path: Path) -> Iterable[tuple[int, dict]]:
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UsageError(f"{path}: reading Parquet needs pyarrow (pip install 'kvplan[parquet]')") from None
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds for a bad file
-            raise UsageError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
-        yield from enumerate(rows, 1)
-        return
-    try:
-        f = open(path, encoding="utf-8")  # noqa: SIM115 - `with f` below closes it; opening errors are named first
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{lineno}: not a JSON record: {exc.msg}") from None
-            if not isinstance(obj, dict):
-                raise UsageError(f"{path}:{lineno}: a record is a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+    return find_records(result_path, result, given, why=_RECORDS_NEEDED)
 
 
 def _num(obj: dict, key: str, path: Path, lineno: int, *, integer: bool = False) -> Optional[float]:
@@ -187,7 +134,7 @@ def read_requests(path: Path) -> tuple[list[_Req], int, dict[str, int]]:
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
 
-    for lineno, obj in _iter_records(path):
+    for lineno, obj in iter_records(path):
         n += 1
         if obj.get("warmup"):
             skip("warmup")

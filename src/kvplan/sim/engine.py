@@ -47,12 +47,12 @@ class Engine(KVAccounting):
                  watermark: float = 0.0, async_scheduling: bool = True, timeline_interval_s: float = 1.0,
                  max_steps: Optional[int] = None, max_concurrency: Optional[int] = None,
                  warm_prefixes: Sequence[tuple] = ()):
-        self.bs = block_size
-        self.mns = max_num_seqs
-        self.mnbt = max_num_batched_tokens
-        self.mml = max_model_len
+        self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
         self.profile = profile
-        self.thr = long_prefill_token_threshold
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.async_sched = async_scheduling
         self.interval = timeline_interval_s
         self.max_steps = max_steps
@@ -122,7 +122,7 @@ class Engine(KVAccounting):
 
     def _run(self) -> "Engine":
         reqs, n = self.reqs, len(self.reqs)
-        mml, pool = self.mml, self.pool
+        max_model_len, pool = self.max_model_len, self.pool
         nxt = 0
         self._last_start = self._last_end = -1.0
         self.next_sample = self.interval
@@ -144,7 +144,8 @@ class Engine(KVAccounting):
                     self._in_flight += 1
                     if self._in_flight > self.peak_in_flight:
                         self.peak_in_flight = self._in_flight
-                if r.P >= mml:  # input_processor._validate_prompt_len / get_max_tokens: HTTP 400
+                # input_processor._validate_prompt_len / get_max_tokens: HTTP 400
+                if r.num_prompt_tokens >= max_model_len:
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["prompt_too_long"] = rejected_reasons.get("prompt_too_long", 0) + 1
@@ -153,8 +154,8 @@ class Engine(KVAccounting):
                         self._gate(nxt)
                     continue
                 # get_max_tokens: max_tokens is clamped to max_model_len - prompt, never rejected
-                r.O = max(1, min(r.O, mml - r.P))
-                if never_fit(min(r.P + 1, mml)) > pool.usable and self.simple:
+                r.max_tokens = max(1, min(r.max_tokens, max_model_len - r.num_prompt_tokens))
+                if never_fit(min(r.num_prompt_tokens + 1, max_model_len)) > pool.usable and self.simple:
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
@@ -256,17 +257,18 @@ class Engine(KVAccounting):
         cached at the tail of the free queue, as a finished request leaves them."""
         from .kvpool import Chain
 
-        pool, bs = self.pool, self.bs
+        pool, block_size = self.pool, self.block_size
         # more than the pool holds: the oldest were evicted (LRU), keep the newest (the list's tail)
         need, keep = 0, len(warm_prefixes)
         while keep:
-            blocks = max(0, int(warm_prefixes[keep - 1][1]) // bs - int(warm_prefixes[keep - 1][2]) // bs)
+            blocks = max(0, int(warm_prefixes[keep - 1][1]) // block_size
+                         - int(warm_prefixes[keep - 1][2]) // block_size)
             if need + blocks > pool.free:
                 break
             need, keep = need + blocks, keep - 1
-        for pid, tokens, root_tokens in warm_prefixes[keep:]:
-            blocks = int(tokens) // bs - int(root_tokens) // bs
-            if blocks <= 0 or pid in self.chains:
+        for prefix_id, tokens, root_tokens in warm_prefixes[keep:]:
+            blocks = int(tokens) // block_size - int(root_tokens) // block_size
+            if blocks <= 0 or prefix_id in self.chains:
                 continue
             blocks = min(blocks, pool.free)
             if blocks <= 0:
@@ -276,7 +278,7 @@ class Engine(KVAccounting):
             if front is None or front[0] is not None or front[2] - front[1] < blocks:
                 break
             front[2] -= blocks
-            ch = self.chains[pid] = Chain()
+            ch = self.chains[prefix_id] = Chain()
             run = [ch, 0, blocks]
             pool.queue.append(run)
             ch.runs.append(run)
@@ -294,7 +296,7 @@ class Engine(KVAccounting):
         schedule is known (one token each, blocks for the boundary crossers), so run them without
         the scheduler - only the step time (the KV read grows by one token per request per step),
         the block count and the ITL record."""
-        G, n, bs, pool = self.G, self.n_dec, self.bs, self.pool
+        G, n, block_size, pool = self.G, self.n_dec, self.block_size, self.pool
         stop = self._next_finish()
         if stop - G < 2:
             return 0
@@ -311,7 +313,7 @@ class Engine(KVAccounting):
             vis = last_start if (async_sched and last_end == t) else t
             if next_arrival <= vis:
                 break
-            b = len(buckets[(-G) % bs])
+            b = len(buckets[(-G) % block_size])
             if b > free - owed:
                 break
             if max_steps is not None and self.steps + steps >= max_steps:
@@ -355,15 +357,15 @@ class Engine(KVAccounting):
 
     def _schedule(self, now: float):
         """One ``Scheduler.schedule``: returns the step's shape and who got scheduled."""
-        bs, pool, running, G = self.bs, self.pool, self.running, self.G
-        budget = self.mnbt
-        thr = self.thr if (len(running) + len(self.waiting)) > 1 else 0
+        block_size, pool, running, G = self.block_size, self.pool, self.running, self.G
+        token_budget = self.max_num_batched_tokens
+        threshold = self.long_prefill_token_threshold if (len(running) + len(self.waiting)) > 1 else 0
         stalled: list[Req] = []
         preempted = False
         fast = False
         if self.simple:
-            # plan the budget: decoders take one token each, prefills what is left at their turn
-            bucket = self.buckets[(-G) % bs]
+            # plan the token budget: decoders take one token each, prefills what is left at their turn
+            bucket = self.buckets[(-G) % block_size]
             need = len(bucket)
             ok = True
             if self.pre:
@@ -372,25 +374,26 @@ class Engine(KVAccounting):
                 for before_pre, p in enumerate(self.pre):  # pre is in running order (both append at admission)
                     idx = running.index(p)
                     before_pend = sum(1 for q in pend if running.index(q) < idx) if pend else 0
-                    left = budget - (idx - before_pre - before_pend) - used
-                    dem = p.P + p.out - p.nc
-                    if 0 < thr < dem:
-                        dem = thr
-                    c = min(dem, left, self.mml - p.nc - 1)
-                    if c <= 0 or c == left and idx < len(running) - 1:
-                        ok = False  # the budget runs out inside the queue: exact order needed
+                    left = token_budget - (idx - before_pre - before_pend) - used
+                    num_new_tokens = p.num_prompt_tokens + p.num_output_tokens - p.num_computed_tokens
+                    if 0 < threshold < num_new_tokens:
+                        num_new_tokens = threshold
+                    num_new_tokens = min(num_new_tokens, left, self.max_model_len - p.num_computed_tokens - 1)
+                    if num_new_tokens <= 0 or num_new_tokens == left and idx < len(running) - 1:
+                        ok = False  # the token budget runs out inside the queue: exact order needed
                         break
-                    p.chunk = c
-                    used += c
-                    need += -(-(p.nc + c) // bs) - (-(-p.nc // bs))
+                    p.num_scheduled_tokens = num_new_tokens
+                    used += num_new_tokens
+                    need += (-(-(p.num_computed_tokens + num_new_tokens) // block_size)
+                             - (-(-p.num_computed_tokens // block_size)))
             if ok and need <= pool.free:
                 fast = True
                 pool.take(need)
-                budget -= self.n_dec + sum(p.chunk for p in self.pre)
+                token_budget -= self.n_dec + sum(p.num_scheduled_tokens for p in self.pre)
         if not fast:
-            budget, preempted, stalled = self._schedule_exact(now, budget, thr)
+            token_budget, preempted, stalled = self._schedule_exact(now, token_budget, threshold)
         if not preempted:
-            budget = self._schedule_waiting(now, budget, thr)
+            token_budget = self._schedule_waiting(now, token_budget, threshold)
         # the step's shape
         n_dec = self.n_dec
         kv_read = n_dec * (G + 1) + self.sum_off
@@ -401,43 +404,44 @@ class Engine(KVAccounting):
         seqs = n_sched_dec
         pairs = 0.0
         for p in self.pre:
-            c = p.chunk
-            if c > 0:
-                tokens += c
+            num_new_tokens = p.num_scheduled_tokens
+            if num_new_tokens > 0:
+                tokens += num_new_tokens
                 seqs += 1
-                kv_read += p.nc + c
-                pairs += c * p.nc + c * c / 2.0
+                kv_read += p.num_computed_tokens + num_new_tokens
+                pairs += num_new_tokens * p.num_computed_tokens + num_new_tokens * num_new_tokens / 2.0
         return tokens, seqs, kv_read, pairs, n_sched_dec, stalled, preempted
 
-    def _schedule_exact(self, now: float, budget: int, thr: int):
+    def _schedule_exact(self, now: float, token_budget: int, threshold: int):
         """The running loop of ``Scheduler.schedule`` request by request (preemption possible)."""
-        bs, pool, running, G = self.bs, self.pool, self.running, self.G
+        block_size, pool, running, G = self.block_size, self.pool, self.running, self.G
         simple = self.simple
         preempted = False
         for p in self.pre:
-            p.chunk = 0
+            p.num_scheduled_tokens = 0
         i = 0
-        while i < len(running) and budget > 0:
+        while i < len(running) and token_budget > 0:
             r = running[i]
             if r.pending_free:
                 i += 1
                 continue
             if r.status == DECODE:
-                nc = G + r.off
-                c = 1
+                num_computed_tokens = G + r.off
+                num_new_tokens = 1
             else:
-                nc = r.nc
-                dem = r.P + r.out - nc
-                if 0 < thr < dem:
-                    dem = thr
-                c = min(dem, budget, self.mml - nc - 1)
-                if c <= 0:
+                num_computed_tokens = r.num_computed_tokens
+                num_new_tokens = r.num_prompt_tokens + r.num_output_tokens - num_computed_tokens
+                if 0 < threshold < num_new_tokens:
+                    num_new_tokens = threshold
+                num_new_tokens = min(num_new_tokens, token_budget, self.max_model_len - num_computed_tokens - 1)
+                if num_new_tokens <= 0:
                     i += 1
                     continue
             if simple:
-                need = -(-(nc + c) // bs) - (-(-nc // bs))
+                need = (-(-(num_computed_tokens + num_new_tokens) // block_size)
+                        - (-(-num_computed_tokens // block_size)))
             else:
-                need = self._blocks(nc + c, nc) - r.held
+                need = self._blocks(num_computed_tokens + num_new_tokens, num_computed_tokens) - r.held
             while need > pool.free:
                 victim = running.pop()
                 self._preempt(victim, now)
@@ -453,8 +457,8 @@ class Engine(KVAccounting):
             if not simple:
                 r.held += need
             if r.status == PREFILL:
-                r.chunk = c
-            budget -= c
+                r.num_scheduled_tokens = num_new_tokens
+            token_budget -= num_new_tokens
             i += 1
         stalled = []
         if i < len(running):
@@ -463,32 +467,32 @@ class Engine(KVAccounting):
                     stalled.append(r)
             for r in stalled:
                 self._stall(r, now)
-        return budget, preempted, stalled
+        return token_budget, preempted, stalled
 
-    def _schedule_waiting(self, now: float, budget: int, thr: int) -> int:
-        """The WAITING loop of ``Scheduler.schedule``: admit while the budget and KV allow."""
-        bs, pool, running, waiting = self.bs, self.pool, self.running, self.waiting
-        mml = self.mml
-        while budget > 0 and waiting:
-            if len(running) >= self.mns:
+    def _schedule_waiting(self, now: float, token_budget: int, threshold: int) -> int:
+        """The WAITING loop of ``Scheduler.schedule``: admit while the token budget and KV allow."""
+        block_size, pool, running, waiting = self.block_size, self.pool, self.running, self.waiting
+        max_model_len = self.max_model_len
+        while token_budget > 0 and waiting:
+            if len(running) >= self.max_num_seqs:
                 break
             r = waiting[0]
-            num_tokens = r.P + r.out
+            num_tokens = r.num_prompt_tokens + r.num_output_tokens
             hr, hs, hp, ev = self._lookup(r, num_tokens)
             hit_b = hr + hs + hp
-            hit = hit_b * bs
-            num_new = num_tokens - hit
-            if 0 < thr < num_new:
-                num_new = thr
-            if num_new > budget:
-                num_new = budget
+            hit = hit_b * block_size
+            num_new_tokens = num_tokens - hit
+            if 0 < threshold < num_new_tokens:
+                num_new_tokens = threshold
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
             wm = self.watermark_blocks if running else 0
             if self.simple:
-                full_need = -(-min(num_tokens, mml) // bs) - hit_b + ev
-                need = -(-(hit + num_new) // bs) - hit_b
+                full_need = -(-min(num_tokens, max_model_len) // block_size) - hit_b + ev
+                need = -(-(hit + num_new_tokens) // block_size) - hit_b
             else:
-                full_need = self._admission_blocks(min(num_tokens, mml))
-                need = self._blocks(num_new, 0)
+                full_need = self._admission_blocks(min(num_tokens, max_model_len))
+                need = self._blocks(num_new_tokens, 0)
             if full_need + wm > pool.free or need + ev + wm > pool.free:
                 break  # allocate_slots returns None: the full prompt, then this chunk, must fit
             waiting.popleft()
@@ -498,16 +502,16 @@ class Engine(KVAccounting):
             pool.take(need)
             if not self.simple:
                 r.held = need
-            r.nc = hit
+            r.num_computed_tokens = hit
             r.hit_tokens += hit
             self.cached_tokens += hit
-            r.chunk = num_new
+            r.num_scheduled_tokens = num_new_tokens
             r.status = PREFILL
             self.pre.append(r)
             if r.t_sched is None:
                 r.t_sched = now
-            budget -= num_new
-        return budget
+            token_budget -= num_new_tokens
+        return token_budget
 
     def _finish_step(self, t_start: float, t_end: float, n_sched_dec: int, stalled: list) -> None:
         """``update_from_output``: one token per request whose prompt is complete."""
@@ -535,17 +539,17 @@ class Engine(KVAccounting):
             self._irregular.add(r)
         still: list[Req] = []
         for p in self.pre:
-            c = p.chunk
-            if c <= 0:
+            num_new_tokens = p.num_scheduled_tokens
+            if num_new_tokens <= 0:
                 still.append(p)
                 continue
-            p.chunk = 0
-            p.nc += c
-            self.prompt_computed += c
+            p.num_scheduled_tokens = 0
+            p.num_computed_tokens += num_new_tokens
+            self.prompt_computed += num_new_tokens
             if p.preempted:
-                self.recomputed += c
-            if p.nc >= p.P + p.out:
-                p.out += 1
+                self.recomputed += num_new_tokens
+            if p.num_computed_tokens >= p.num_prompt_tokens + p.num_output_tokens:
+                p.num_output_tokens += 1
                 if p.t_first is None:
                     p.t_first = t_end
                     self.first_order.append(p.i)
@@ -553,19 +557,20 @@ class Engine(KVAccounting):
                     self.itl_x.append(t_end - p.t_last)
                 p.irregular = False
                 p.t_last = None
-                if p.out >= p.O or p.P + p.out >= self.mml:
+                if (p.num_output_tokens >= p.max_tokens
+                        or p.num_prompt_tokens + p.num_output_tokens >= self.max_model_len):
                     p.status = DONE
                     done.append(p)
                 else:
-                    self._add_decoder(p, p.nc)
+                    self._add_decoder(p, p.num_computed_tokens)
             else:
                 still.append(p)
         self.pre = still
         slots = self.slots
         for r in done:
             if r.status == DECODE:
-                r.nc = self.G + r.off  # tokens computed (the last sampled token has no KV yet)
-                r.out = r.nc + 1 - r.P
+                r.num_computed_tokens = self.G + r.off  # tokens computed (the last sampled token has no KV yet)
+                r.num_output_tokens = r.num_computed_tokens + 1 - r.num_prompt_tokens
                 self._drop_decoder(r)
                 r.status = DONE
             r.t_end = t_end

@@ -15,28 +15,30 @@ WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
 
 
 class Req:
-    __slots__ = ("i", "arrival", "P", "O", "pid", "ptok", "root_id", "rb", "root", "root_h", "root_ext",
-                 "status", "nc", "off", "out", "chunk",
+    __slots__ = ("i", "arrival", "num_prompt_tokens", "max_tokens", "prefix_id", "prefix_tokens",
+                 "root_id", "root_blocks", "root", "root_h", "root_ext",
+                 "status", "num_computed_tokens", "off", "num_output_tokens", "num_scheduled_tokens",
                  "sh", "sh_h", "ext", "pv", "pv_base", "t_sched", "t_first", "t_last", "t_end",
                  "preempted", "irregular", "pending_free", "held", "hit_tokens")
 
-    def __init__(self, i: int, arrival: float, P: int, O: int, pid, ptok: int, root_id=None, rb: int = 0):
-        self.root_id = root_id  # a prefix shared across prefix_ids (a system prompt): rb full blocks
-        self.rb = rb if root_id is not None else 0
+    def __init__(self, i: int, arrival: float, num_prompt_tokens: int, max_tokens: int, prefix_id,
+                 prefix_tokens: int, root_id=None, root_blocks: int = 0):
+        self.root_id = root_id  # a prefix shared across prefix_ids (a system prompt): root_blocks full blocks
+        self.root_blocks = root_blocks if root_id is not None else 0
         self.root: Optional[Chain] = None
         self.root_h = 0  # root blocks held (not extending it)
-        self.root_ext = False  # its new blocks continue the root chain, up to rb
+        self.root_ext = False  # its new blocks continue the root chain, up to root_blocks
         self.i = i
         self.arrival = arrival
-        self.P = P
-        self.O = O
-        self.pid = pid
-        self.ptok = ptok
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens  # clamped to max_model_len - num_prompt_tokens at arrival
+        self.prefix_id = prefix_id
+        self.prefix_tokens = prefix_tokens
         self.status = WAITING
-        self.nc = 0  # computed tokens (prefill / waiting); decoders use G + off
+        self.num_computed_tokens = 0  # computed tokens (prefill / waiting); decoders use G + off
         self.off = 0
-        self.out = 0  # output tokens generated so far (materialised for non-decoders)
-        self.chunk = 0  # tokens scheduled this step
+        self.num_output_tokens = 0  # output tokens generated so far (materialised for non-decoders)
+        self.num_scheduled_tokens = 0  # tokens scheduled this step
         self.sh: Optional[Chain] = None  # shared chain and the blocks held in it
         self.sh_h = 0
         self.ext: Optional[Chain] = None  # the chain this request's new blocks extend
@@ -54,22 +56,22 @@ class Req:
 
 
 class KVAccounting:
-    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``bs``, ``G``,
+    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``block_size``, ``G``,
     ``caching``, ``chains``; :meth:`_init_kv_groups` sets ``groups`` and ``simple``)."""
 
     # -- lazy views ---------------------------------------------------------------------------
-    def _nc(self, r: Req) -> int:
-        return self.G + r.off if r.status == DECODE else r.nc
+    def _num_computed(self, r: Req) -> int:
+        return self.G + r.off if r.status == DECODE else r.num_computed_tokens
 
     def _ext_blocks(self, r: Req, chain: Chain) -> int:
         """Blocks of ``chain`` that its extender ``r`` holds so far (full blocks of computed tokens;
         a conversation chain counts from the end of the root, a private one from ``pv_base``)."""
-        nc = self.G + r.off if r.status == DECODE else r.nc
-        full = nc // self.bs
+        num_computed_tokens = self.G + r.off if r.status == DECODE else r.num_computed_tokens
+        full = num_computed_tokens // self.block_size
         if chain is r.root:
-            return full if full < r.rb else r.rb
+            return full if full < r.root_blocks else r.root_blocks
         if chain is r.sh:
-            return full - r.rb if full > r.rb else 0
+            return full - r.root_blocks if full > r.root_blocks else 0
         return full - r.pv_base
 
     # -- KV accounting --------------------------------------------------------------------------
@@ -81,9 +83,9 @@ class KVAccounting:
         if any(s is None for s in specs):
             raise ValueError("every KV group needs its KV spec (KVGroupInfo.spec)")
         if not specs:  # one full-attention group: the shape of the KV does not matter here
-            specs = (FullAttentionSpec(self.bs, num_kv_heads=1, head_size=1, head_size_v=1, dtype_bytes=1),)
+            specs = (FullAttentionSpec(self.block_size, num_kv_heads=1, head_size=1, head_size_v=1, dtype_bytes=1),)
         if sizing is None:  # one batch in flight
-            sizing = SizingContext(self.mml, self.mnbt, self.mnbt)
+            sizing = SizingContext(self.max_model_len, self.max_num_batched_tokens, self.max_num_batched_tokens)
         self.groups = specs
         # One group that holds every token (full attention, MLA) is the fast path: the step loop
         # counts its blocks inline (cdiv of the tokens) and shares prefix-cache chains.
@@ -112,19 +114,19 @@ class KVAccounting:
         request's own full blocks stay findable (its private chain: it hits them when it resumes);
         a finished request's are anonymous (nobody else has their tokens)."""
         pool = self.pool
-        nc = self._nc(r)
+        num_computed_tokens = self._num_computed(r)
         if not self.simple:
             pool.release_anonymous(r.held)
             r.held = 0
             return
-        total = -(-nc // self.bs)
-        full = nc // self.bs
-        rb = r.rb
-        root_h = (full if full < rb else rb) if r.root_ext else r.root_h
+        total = -(-num_computed_tokens // self.block_size)
+        full = num_computed_tokens // self.block_size
+        root_blocks = r.root_blocks
+        root_h = (full if full < root_blocks else root_blocks) if r.root_ext else r.root_h
         pv = r.pv if r.ext is not None and r.ext is r.pv else None
         pv_h = 0
         if r.ext is not None and r.ext is r.sh:
-            sh_h = full - rb if full > rb else 0
+            sh_h = full - root_blocks if full > root_blocks else 0
         else:
             sh_h = r.sh_h
             pv_h = max(0, full - r.pv_base) if self.caching else 0
@@ -154,20 +156,20 @@ class KVAccounting:
         and a chain of hashes: nothing past the first missing block."""
         if not self.caching:
             return 0, 0, 0, 0
-        pool, bs, rb = self.pool, self.bs, r.rb
-        cap = (num_tokens - 1) // bs
+        pool, block_size, root_blocks = self.pool, self.block_size, r.root_blocks
+        cap = (num_tokens - 1) // block_size
         hr = hs = ev = 0
         if r.root_id is not None:
             rc = self.chains.get(r.root_id)
             if rc is not None:
-                hr = min(pool.cached(rc), rb, cap)
+                hr = min(pool.cached(rc), root_blocks, cap)
                 ev += pool.evictable(rc, hr)
-        if r.pid is not None and hr == rb:
-            ch = self.chains.get(r.pid)
+        if r.prefix_id is not None and hr == root_blocks:
+            ch = self.chains.get(r.prefix_id)
             if ch is not None:
                 # the chain's top blocks are this request's own tokens when it extended them last
                 own = ch.extender is None and ch.last_extender is r
-                lim = (cap if own else min(cap, r.ptok // bs)) - rb
+                lim = (cap if own else min(cap, r.prefix_tokens // block_size)) - root_blocks
                 hs = max(0, min(pool.cached(ch), lim))
                 ev += pool.evictable(ch, hs)
         hp = 0
@@ -191,7 +193,7 @@ class KVAccounting:
             r.root = rc
             if hr > 0:
                 pool.touch(rc, hr)
-            if rc.extender is None and hr < r.rb and hr == pool.cached(rc) and hp == 0:
+            if rc.extender is None and hr < r.root_blocks and hr == pool.cached(rc) and hp == 0:
                 # it computes the rest of the root for everyone (a resume that continues into its
                 # own private blocks already holds that content there)
                 r.root_ext = True
@@ -201,9 +203,9 @@ class KVAccounting:
                 r.root_ext = False
                 pool.add_holder(rc, hr)
                 r.root_h = hr
-        ch = chains.get(r.pid) if r.pid is not None else None
-        if ch is None and r.pid is not None:
-            ch = chains[r.pid] = Chain()
+        ch = chains.get(r.prefix_id) if r.prefix_id is not None else None
+        if ch is None and r.prefix_id is not None:
+            ch = chains[r.prefix_id] = Chain()
         r.sh = ch
         if ch is not None and hs > 0:
             pool.touch(ch, hs)
@@ -212,7 +214,7 @@ class KVAccounting:
             r.ext = r.pv
             r.pv.extender = r
         elif (ch is not None and ch.extender is None and hs == pool.cached(ch)
-              and (hr == r.rb or r.root_ext)):
+              and (hr == r.root_blocks or r.root_ext)):
             r.ext = ch
             ch.extender = r
             r.sh_h = 0
@@ -221,7 +223,7 @@ class KVAccounting:
         else:
             r.ext = None  # its own blocks: a private chain is made only if it is preempted
             r.pv = None
-            r.pv_base = r.rb if r.root_ext else hr + hs
+            r.pv_base = r.root_blocks if r.root_ext else hr + hs
         if ch is not None and hs > 0:
             pool.add_holder(ch, hs)
         r.sh_h = hs
@@ -232,15 +234,15 @@ class KVAccounting:
         self.preemptions += 1
         r.preempted += 1
         if r.status == DECODE:
-            r.out = self.G + r.off + 1 - r.P
+            r.num_output_tokens = self.G + r.off + 1 - r.num_prompt_tokens
             self._drop_decoder(r)
             if not r.irregular:
                 r.t_last = now  # its last token came at the end of the previous step
         elif r.status == PREFILL:
             self.pre.remove(r)
         self._irregular.discard(r)
-        nc = self._nc(r)
-        r.nc = nc
+        num_computed_tokens = self._num_computed(r)
+        r.num_computed_tokens = num_computed_tokens
         if r.pending_free:  # finished already; its output is delivered, the request ends
             r.pending_free = False
             self.pending.remove(r)
@@ -249,12 +251,12 @@ class KVAccounting:
             return
         self._release(r, preempted=True)
         r.status = WAITING
-        r.nc = 0
+        r.num_computed_tokens = 0
         r.irregular = True
         self.waiting.appendleft(r)
 
     def _drop_decoder(self, r: Req) -> None:
-        self.buckets[r.off % self.bs].discard(r)
+        self.buckets[r.off % self.block_size].discard(r)
         lst = self.finish_at.get(self._finish_key(r))
         if lst is not None:
             try:
@@ -266,14 +268,15 @@ class KVAccounting:
 
     def _finish_key(self, r: Req) -> int:
         # the step (value of G) in which the decoder samples its last token: outputs after the
-        # step = G + off + 2 - P, reaching O; or the sequence reaching max_model_len
-        nc_last = min(r.P + r.O - 2, self.mml - 2)
-        return nc_last - r.off
+        # step = G + off + 2 - num_prompt_tokens, reaching max_tokens; or the sequence reaching
+        # max_model_len
+        last_num_computed = min(r.num_prompt_tokens + r.max_tokens - 2, self.max_model_len - 2)
+        return last_num_computed - r.off
 
-    def _add_decoder(self, r: Req, nc: int) -> None:
+    def _add_decoder(self, r: Req, num_computed_tokens: int) -> None:
         r.status = DECODE
-        r.off = nc - self.G
-        self.buckets[r.off % self.bs].add(r)
+        r.off = num_computed_tokens - self.G
+        self.buckets[r.off % self.block_size].add(r)
         self._push_finish(r)
         self.n_dec += 1
         self.sum_off += r.off
@@ -294,7 +297,7 @@ class KVAccounting:
             r.t_last = now
             r.irregular = True
         r.off -= 1
-        self.buckets[r.off % self.bs].add(r)
+        self.buckets[r.off % self.block_size].add(r)
         self._push_finish(r)
         self.n_dec += 1
         self.sum_off += r.off

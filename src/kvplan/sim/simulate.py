@@ -137,13 +137,13 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     ovh = profile.request_overhead_s
     ttft = [r.t_first - r.arrival + ovh for r in done]
     e2e = [r.t_end - r.arrival + ovh for r in done]
-    tpot = [(r.t_end - r.t_first) / (r.out - 1) for r in done if r.out > 1]
+    tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
     queue = [r.t_sched - r.arrival for r in done if r.t_sched is not None]
     latency = {"ttft": summarize(ttft), "tpot": summarize(tpot),
                "itl": summarize_weighted(list(engine.itl_w) + [(x, 1) for x in engine.itl_x]),
                "e2e": summarize(e2e), "queue": summarize(queue)}
-    in_tok = sum(r.P for r in done)
-    out_tok = sum(r.out for r in done)
+    in_tok = sum(r.num_prompt_tokens for r in done)
+    out_tok = sum(r.num_output_tokens for r in done)
     first = min((r.arrival for r in reqs), default=0.0)
     end = max((r.t_end for r in done), default=None)
     window = (end - first) if end is not None and end > first else None
@@ -158,7 +158,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
         good = 0
         for r in done:
             vals = {"ttft": r.t_first - r.arrival + ovh, "e2e": r.t_end - r.arrival + ovh,
-                    "tpot": (r.t_end - r.t_first) / (r.out - 1) if r.out > 1 else None}
+                    "tpot": (r.t_end - r.t_first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else None}
             if all(vals[m] is None or vals[m] <= lim for m, lim in limits.items()):
                 good += 1
     requests = {"total": total, "ok": len(done), "completed": len(done), "failed": failed,
@@ -195,8 +195,9 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                        "reason": f"no request completed: {engine.rejected:,} of {len(reqs):,} rejected ({why})"})
     per = None
     if per_request:
-        per = tuple({"i": r.i, "arrival": _r(r.arrival), "status": _STATUS[r.status], "prompt_tokens": r.P,
-                     "output_tokens": r.out, "scheduled": _r(r.t_sched), "first_token": _r(r.t_first),
+        per = tuple({"i": r.i, "arrival": _r(r.arrival), "status": _STATUS[r.status],
+                     "prompt_tokens": r.num_prompt_tokens,
+                     "output_tokens": r.num_output_tokens, "scheduled": _r(r.t_sched), "first_token": _r(r.t_first),
                      "end": _r(r.t_end), "preemptions": r.preempted, "prefix_hit_tokens": r.hit_tokens,
                      # what the client sees: the engine's times plus the API server's latency
                      "ttft": _r(r.t_first - r.arrival + ovh) if r.status == DONE else None,
@@ -216,7 +217,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
         preemptions=engine.preemptions, rejected=engine.rejected,
         rejected_reasons=dict(engine.rejected_reasons),
         kv_cache={"num_gpu_blocks": engine.pool.num_blocks, "usable_blocks": engine.pool.usable,
-                  "block_size": engine.bs, "peak_usage": _r(engine.kv_peak),
+                  "block_size": engine.block_size, "peak_usage": _r(engine.kv_peak),
                   "prefix_caching": engine.caching},
         engine={"steps": engine.steps, "busy_s": _r(engine.busy_s), "simulated_s": _r(engine.t),
                 "max_waiting": engine.max_waiting, "mean_step_s": _r(engine.busy_s / engine.steps)

@@ -52,8 +52,8 @@ def step_demand_blocks(c: "Candidate", max_prompt: int) -> int:
     """The most KV blocks one step of ``c`` can allocate on top of what is held: a block per
     scheduled sequence crossing a boundary (≤ max_num_seqs, twice to count prefill tails), the
     prefill tokens of the budget, and one whole prompt checked at admission."""
-    f, bs = c.plan.flags, c.plan.kv.block_size
-    return 2 * f.max_num_seqs + -(-f.max_num_batched_tokens // bs) + -(-max_prompt // bs) + 2
+    f, block_size = c.plan.flags, c.plan.kv.block_size
+    return 2 * f.max_num_seqs + -(-f.max_num_batched_tokens // block_size) + -(-max_prompt // block_size) + 2
 
 
 def can_stand_for(source: "Candidate", runs: Sequence["ShareOutcome"], target: "Candidate", max_prompt: int) -> bool:

@@ -187,7 +187,7 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
 
     gpu_list = [find_gpu(name) for name in space.gpu] if space.gpu else [base.gpu]
     default_len = recommended_max_model_len(floor, base)
-    mmls = sorted({default_len if m is None else m for m in space.max_model_len})
+    max_model_lens = sorted({default_len if m is None else m for m in space.max_model_len})
     pairs = _parallel_choices(base, space)
     for gpu in gpu_list:
         for tp, dp in pairs:
@@ -195,18 +195,19 @@ def combinations(base: "PlanRequest", space: TuneSpace, floor: int) -> Iterator[
                 for util in space.gpu_memory_utilization:
                     same_memory = (gpu.name == base.gpu.name and tp == base.tensor_parallel_size
                                    and util == base.gpu_memory_utilization)
-                    for mml in mmls:
-                        for mns in space.max_num_seqs:
-                            for mnbt in space.max_num_batched_tokens:
+                    for max_model_len in max_model_lens:
+                        for max_num_seqs in space.max_num_seqs:
+                            for max_num_batched_tokens in space.max_num_batched_tokens:
                                 if kv.startswith("fp8") and _fp8_refused(base, gpu):
                                     yield None, dp, FP8_UNSUPPORTED
                                     continue
-                                if mml < floor:
+                                if max_model_len < floor:
                                     yield None, dp, BELOW_WORKLOAD
                                     continue
                                 req = replace(base, gpu=gpu, tensor_parallel_size=tp, data_parallel_size=dp,
-                                              kv_cache_dtype=kv, gpu_memory_utilization=util, max_model_len=mml,
-                                              max_num_seqs=mns, max_num_batched_tokens=mnbt)
+                                              kv_cache_dtype=kv, gpu_memory_utilization=util,
+                                              max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                                              max_num_batched_tokens=max_num_batched_tokens)
                                 if not same_memory:
                                     # A measured KV size belongs to one GPU, TP and utilization.
                                     req = replace(req, kv_cache_memory_bytes=None, kv_cache_memory_per_stage=None,

@@ -2,34 +2,29 @@
 
 Patterns are searched inside each cleaned line (kvplan.memory.startup_log.clean_line), never
 anchored, so any prefix (Docker/Kubernetes timestamps, ``(EngineCore_DP0 pid=…)``, Ray's
-``(RayWorkerWrapper pid=…)``) is fine. Numbers come out as named groups.
+``(RayWorkerWrapper pid=…)``) is fine. Numbers come out as named groups. The start-up errors the
+planner also writes (kvplan.memory.admission) are matched by the patterns of their templates in
+kvplan.memory.error_texts: one text, written and read.
 """
 from __future__ import annotations
 
 import re
 
-_N = r"[0-9][0-9,]*"
-_F = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"
+from ...memory import error_texts as et
+
+_N = et.INT
+_F = et.FLOAT
 
 # V1 (0.6+ engine): the admission check in kv_cache_utils.check_enough_kv_cache_memory.
-KV_TOO_SMALL_V1 = re.compile(
-    r"To serve at least one request with the models?'s max seq len \((?P<max_len>" + _N + r")\), \((?P<needed>" + _F
-    + r") GiB KV cache is needed, which is larger than the available KV cache memory \((?P<available>" + _F
-    + r") GiB\)(?:\. Based on the available memory, the estimated maximum model length is (?P<estimate>" + _N + r"))?")
+KV_TOO_SMALL_V1 = et.KV_TOO_SMALL_V1
 # V0: _verify_cache / check_enough_kv_cache_memory of the worker.
-KV_TOO_SMALL_V0 = re.compile(
-    r"max seq len \((?P<max_len>" + _N + r")\) is larger than the maximum number of tokens that can be stored in "
-    r"KV cache \((?P<tokens>" + _N + r")\)")
-NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+KV_TOO_SMALL_V0 = et.KV_TOO_SMALL_V0.pattern
+NO_BLOCKS = et.NO_BLOCKS.pattern
 # _get_and_verify_max_len (config/model.py): --max-model-len above what the model's config.json allows.
-MAX_LEN_ABOVE_DERIVED = re.compile(
-    r"User-specified max_model_len \((?P<requested>" + _N + r")\) is greater than the derived max_model_len "
-    r"\((?P<key>\w+)=(?P<derived>" + _F + r") or model_max_length=")
+MAX_LEN_ABOVE_DERIVED = et.MAX_LEN_ABOVE_DERIVED.pattern
 NEGATIVE_KV = re.compile(r"Available KV cache memory:\s*(?P<gib>-[0-9.]+)\s*GiB|kv_cache_size=(?P<v0>-[0-9.]+)\s*GiB"
                          r"|(?:#\s*)?(?:GPU|cuda) blocks:\s*0\b")
-FREE_MEMORY = re.compile(
-    r"Free memory on device(?: \S+)? \((?P<free>" + _F + r")/(?P<total>" + _F + r") GiB\) on startup is less than "
-    r"desired GPU memory utilization \((?P<util>" + _F + r"), (?P<requested>" + _F + r") GiB\)")
+FREE_MEMORY = et.FREE_MEMORY.pattern
 OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory")
 OOM_DETAIL = re.compile(r"Tried to allocate (?P<alloc>" + _F + r") (?P<alloc_unit>[GMK]i?B)\..*?GPU \S* ?has a total "
                         r"capacity of (?P<total>" + _F + r") (?P<total_unit>[GMK]i?B) of which (?P<free>" + _F
@@ -54,8 +49,7 @@ TOO_LONG = [
                + _N + r")"),
 ]
 TP_NOT_DIVISIBLE = [
-    re.compile(r"Total number of (?P<what>attention heads|key-value heads|experts)? ?\((?P<value>" + _N
-               + r")\) must be divisible by tensor parallel size \((?P<tp>" + _N + r")\)"),
+    et.TP_NOT_DIVISIBLE.pattern,
     re.compile(r"(?P<what>[\w ]+?) \((?P<value>" + _N + r")\) (?:is not|must be) divisible by (?:the )?"
                r"(?:tensor[ _]parallel[ _]size|tp_size|weight quantization block_n) ?=? ?\(?(?P<tp>" + _N + r")\)?"),
 ]
