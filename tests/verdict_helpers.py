@@ -62,3 +62,29 @@ def assert_bench_passed(returncode: Optional[int], d: dict, stderr: str = "") ->
     else:
         assert failed == ["not_client_bound"], (failed, client_note(d), stderr[-2000:])
         assert returncode in (1, None), (returncode, client_note(d), stderr[-2000:])
+
+
+class HostContendedRun(UserWarning):
+    """A load run's sends were late because other processes had the CPU (bench's own diagnosis:
+    the client was idle); the test checked what still holds and tolerated the rest."""
+
+
+def tolerate_host_contention(d: dict, context: str = "") -> bool:
+    """True when the run kept its schedule. When bench diagnosed host contention instead (sends
+    late while the client's own CPU share stayed under its limit: the machine's other jobs had
+    the cores, the client was not the bottleneck), assert that diagnosis is complete and the lag
+    within the tolerance, warn, and return False: the caller then skips only the assertions that
+    need an unloaded host (a sub-5 ms median lag, client latencies within one histogram bucket of
+    the server's) and keeps the others."""
+    client = d.get("client") or {}
+    if not client.get("host_contention"):
+        return True
+    lag = d.get("schedule_lag_s") or {}
+    reasons = client.get("host_contention_reasons") or []
+    assert reasons and "host contention, not the load generator" in reasons[0], (context, client)
+    assert not d.get("client_bound"), (context, client_note(d))
+    assert lag.get("p99") is not None and lag["p99"] <= CLIENT_LAG_TOLERANCE_S, (
+        f"{context}: host contention with a p99 send lag of {lag.get('p99')} s, over the "
+        f"{CLIENT_LAG_TOLERANCE_S} s a test tolerates")
+    warnings.warn(HostContendedRun(f"{context}: {reasons[0]}"), stacklevel=2)
+    return False
