@@ -118,6 +118,16 @@ CASES = [
      dict(max_model_len=16384, gpu_memory_utilization=0.8, tensor_parallel_size=4), "MoE MXFP4"),
 ]
 DEV_SET = {"25", "26", "27", "28", "29", "30"}
+# Logs whose environment probably had no FlashInfer, so vLLM sampled with PyTorch's native top-k/top-p
+# (memory/budget.py: its torch.sort peaks at 38 B per logit, against FlashInfer's 14 B). Inferred, not
+# printed, so these are shown as a what-if under --no-flashinfer-sampler and not scored: the 0.10.1
+# and 0.11.0 wheels require flashinfer-python only with the `flashinfer` extra, and both tracebacks
+# run from a conda env's site-packages (a pip install), not the release image. The development logs
+# 25-30 print "Using FlashInfer for top-p & top-k sampling" (their source logs), so the default holds there.
+NO_FLASHINFER_WHAT_IF = {
+    "16": "vLLM 0.10.1 in /home/ubuntu/miniconda3/envs/... (torch 2.7.1+cu126, the stock wheel: Marlin on Hopper)",
+    "19": "vLLM 0.11.0 in /opt/conda/envs/vllm_env/lib/python3.13/site-packages (torch 2.8.0+cu128)",
+}
 
 # Logs 101+ are built from their index.json entries (benchmarks/plan_accuracy_index.py): validation only.
 from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
@@ -217,6 +227,29 @@ def main() -> None:
     print("per version (validation logs):")
     for ver in sorted({r["vllm"] for r in val}, key=lambda v: tuple(int(x) for x in v.split("."))):
         print(f"  {ver:14s} " + _summary([r for r in val if r["vllm"] == ver]))
+    print("\nwhat if FlashInfer was not installed (--no-flashinfer-sampler; not scored, the environment is inferred):")
+    for r in _no_flashinfer_what_if():
+        print(f"  {r['log'][:52]:52s} vLLM KV {r['measured_gib']:6.2f}  kvplan {r['kvplan_gib']:6.2f}  "
+              f"error {r['error_gib']:+6.2f}  verdict {'right' if r['verdict_right'] else 'WRONG'}  ({r['why']})")
+
+
+def _no_flashinfer_what_if() -> list[dict]:
+    rows = []
+    for prefix, model, gpu, version, engine, flags, _family in CASES:
+        if prefix not in NO_FLASHINFER_WHAT_IF:
+            continue
+        path = next(LOGS.glob(prefix + "-*.log"))
+        text = path.read_text()
+        log = parse_startup_log(text)
+        g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
+        r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, flashinfer_sampler=False, **flags),
+                 what_ifs=False)
+        measured = min(log.available_kv_gib)
+        est = r.memory.available_kv_cache_gib
+        rows.append({"log": path.name, "measured_gib": measured, "kvplan_gib": round(est, 2),
+                     "error_gib": round(est - measured, 2), "verdict_right": _verdict_right(r, log, text),
+                     "why": NO_FLASHINFER_WHAT_IF[prefix]})
+    return rows
 
 
 if __name__ == "__main__":

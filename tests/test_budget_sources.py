@@ -6,6 +6,8 @@ from kvplan.memory import PlanRequest, plan
 from kvplan.memory.budget import (
     SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
     SAMPLER_NATIVE_BYTES_PER_LOGIT,
+    SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT,
+    SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT,
     activation_peak_bytes,
     rope_positions,
     sampler_bytes_per_logit,
@@ -31,6 +33,46 @@ def test_sampler_bytes_per_logit_follow_the_sampler_code():
     assert SAMPLER_NATIVE_BYTES_PER_LOGIT == 2 + 4 + (4 + 8 + 1 + 4 + 1 + 4)
     assert sampler_bytes_per_logit(semantics("0.21")) == 14
     assert sampler_bytes_per_logit(semantics("0.21"), "cpu") == 28
+
+
+def test_native_sampler_peaks_in_torch_sort_on_0_10_and_0_11():
+    """apply_top_k_top_p (0.10.0/0.10.1/0.11.0) sorts the float32 logits; PyTorch's
+    launch_stable_sort_kernel holds its index buffers and CUB's alternate key/value buffers while
+    the sorted values and int64 indices are written (memory/budget.py, docs §12)."""
+    assert SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT == 2 + 4 + (4 + 8) + 8 + (4 + 8)
+    assert SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT == 2 + 4 + (4 + 8) + (8 + 8 + 4) + (4 + 8)
+    vocab = 201088
+    for version in ("0.10.0", "0.10.1", "0.11"):
+        sem = semantics(version)
+        assert sampler_bytes_per_logit(sem, "cuda", False, 1024, vocab) == 38
+        assert sampler_bytes_per_logit(sem, "cuda", False, 128, vocab) == 38
+        assert sampler_bytes_per_logit(sem, "cuda", False, 64, vocab) == 50
+        assert sampler_bytes_per_logit(sem, "cuda", False, 1, vocab) == 38
+        assert sampler_bytes_per_logit(sem, "cuda", False, 64, 1_200_000) == 28  # one row at a time
+        assert sampler_bytes_per_logit(sem, "cuda", None, 1024, vocab) == 14  # default: FlashInfer installed
+        assert sampler_bytes_per_logit(sem, "cuda", True, 1024, vocab) == 14
+        assert sampler_bytes_per_logit(sem, "cpu", False, 1024, vocab) == 28  # not CUDA's sort
+    # versions whose native path was not re-read keep what they had
+    assert sampler_bytes_per_logit(semantics("0.19"), "cuda", None, 1024, vocab) == 28
+    assert sampler_bytes_per_logit(semantics("0.19"), "cuda", True, 1024, vocab) == 14
+    assert sampler_bytes_per_logit(semantics("0.21"), "cuda", False, 1024, vocab) == 28
+    assert sampler_bytes_per_logit(semantics("0.9"), "cuda", False, 1024, vocab) == 28
+
+
+def test_no_flashinfer_sampler_adds_the_sort_peak_and_nothing_else():
+    """gpt-oss-120b on one H100, vLLM 0.10.1 (1,024 sampler rows x 201,088 logits): without
+    FlashInfer the profile peak grows by rows x vocab x (38 - 14) B; the weights do not move."""
+    spec, gpu = load_model("openai/gpt-oss-120b"), find_gpu("H100")
+    base = plan(PlanRequest(spec, gpu, vllm_version="0.10.1"), what_ifs=False)
+    native = plan(PlanRequest(spec, gpu, vllm_version="0.10.1", flashinfer_sampler=False), what_ifs=False)
+    grown = (native.memory.activation_peak_gib - base.memory.activation_peak_gib) * 2**30
+    assert abs(grown - 1024 * spec.vocab_size * (38 - 14)) < 2**20
+    assert native.memory.weights_gib_per_gpu == base.memory.weights_gib_per_gpu
+    assert not native.startup.ok  # vLLM 0.10.1 printed -2.14 GiB and failed (log 16)
+    assert any("native top-k/top-p" in n for n in native.notes)
+    assert not any("top-k/top-p" in n for n in base.notes)
+    explicit = plan(PlanRequest(spec, gpu, vllm_version="0.10.1", flashinfer_sampler=True), what_ifs=False)
+    assert explicit.memory.available_kv_cache_gib == base.memory.available_kv_cache_gib
 
 
 def test_sampler_rows_are_capped_by_the_batch():
@@ -134,3 +176,12 @@ def test_batch_defaults_before_0_8_5_follow_the_device_name():
     assert batch_defaults(semantics_for("0.8.4"), a100, "cuda", 1) == (2048, 256)
     assert batch_defaults(semantics_for("0.8.4"), h100, "cuda", 1, "llm") == (16384, 1024)
     assert batch_defaults(semantics_for("0.8.5"), a100, "cuda", 1) == (8192, 1024)
+
+
+def test_no_flashinfer_sampler_flag_of_kvplan_plan():
+    args = ("--model", "openai/gpt-oss-120b", "--gpu", "H100", "--vllm-version", "0.11",
+            "--max-num-batched-tokens", "1024", "--gpu-memory-utilization", "0.95")
+    default = _kvplan_json(*args)
+    native = _kvplan_json(*args, "--no-flashinfer-sampler")
+    assert native["memory"]["available_kv_cache_gib"] < default["memory"]["available_kv_cache_gib"] - 4
+    assert _kvplan_json(*args, "--flashinfer-sampler")["memory"] == default["memory"]

@@ -279,6 +279,8 @@ _NOT_FROM_THE_PAGE = {
     "--compact": "terminal layout", "--strict": "exit codes mean nothing to the page",
     "--capacity": "not on the page", "--find-saturation": "not on the page", "--per-request": "not on the page",
     "--profile": "not on the page", "--max-issues": "terminal output", "--max-record-bytes": "not on the page",
+    "--flashinfer-sampler": "not on the page (the vLLM install's sampler)",
+    "--no-flashinfer-sampler": "not on the page (the vLLM install's sampler)",
 }
 
 

@@ -60,6 +60,10 @@ NumGpuBlocksOverride = Annotated[Optional[int], typer.Option(
 GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node (multi-node layouts).")]
 DisableHybridKvCacheManager = Annotated[bool, typer.Option(
     "--disable-hybrid-kv-cache-manager", help="vLLM's flag: every layer gets full-context KV (no sliding-window savings).")]
+FlashinferSampler = Annotated[Optional[bool], typer.Option(
+    "--flashinfer-sampler/--no-flashinfer-sampler", help="Whether vLLM's sampler runs FlashInfer (default: the "
+    "version's, with FlashInfer installed as in the release images). --no-flashinfer-sampler: PyTorch-native "
+    "top-k/top-p, e.g. a plain `pip install vllm` of 0.10-0.11, whose wheels do not require flashinfer-python.")]
 
 
 def plan_flags_help() -> str:
@@ -71,7 +75,7 @@ def plan_flags_help() -> str:
     for decl in (Model, Gpu, GpuMemory, Device, TensorParallelSize, PipelineParallelSize, DataParallelSize, Dtype,
                  Quantization, KvCacheDtype, GpuMemoryUtilization, MaxModelLen, MaxNumSeqs, MaxNumBatchedTokens,
                  BlockSize, EnforceEager, VllmVersion, Engine, KvCacheMemory, KvCacheMemoryBytes,
-                 NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager):
+                 NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager, FlashinferSampler):
         info = typing.get_args(decl)[1]
         # in Annotated form typer keeps the first name as ``default``, the others in ``param_decls``
         names = ", ".join(d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-"))
@@ -109,7 +113,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
                             max_num_seqs=None, max_num_batched_tokens=None, block_size=None, enforce_eager=False,
                             vllm_version=None, engine=None, kv_cache_memory=None, kv_cache_memory_bytes=None,
                             num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
-                            log=None, given: Collection[str] = frozenset()):
+                            flashinfer_sampler=None, log=None, given: Collection[str] = frozenset()):
     """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
     strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
 
@@ -200,6 +204,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
         gpus_per_node=gpus_per_node,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+        flashinfer_sampler=flashinfer_sampler,
         kv_memory_source=source,
         notes=version_notes,
     )
@@ -217,7 +222,7 @@ PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pi
              "data_parallel_size", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
              "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "enforce_eager",
              "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
-             "gpus_per_node", "disable_hybrid_kv_cache_manager")
+             "gpus_per_node", "disable_hybrid_kv_cache_manager", "flashinfer_sampler")
 
 #: ``kvplan plan``'s parameters that shape its output, not the plan
 OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config", "strict")

@@ -67,6 +67,23 @@ GRAPH_PER_LAYER_BYTES = 64 * 1024
 SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 14
 SAMPLER_NATIVE_BYTES_PER_LOGIT = 28
 
+# The native path's sort on CUDA (vLLM 0.10.0 / 0.10.1 / 0.11.0 ``apply_top_k_top_p``:
+# ``logits.sort(dim=-1)`` on the float32 logits) peaks inside ``torch.sort`` before anything above
+# is allocated: PyTorch's ``launch_stable_sort_kernel`` (aten/src/ATen/native/cuda/SortStable.cu)
+# writes the sorted values (4 B) and int64 indices (8 B) and, for the dummy run's shape, holds
+# * 128+ rows (``segmented_sort_pairs``): int64 ``reverse_indices`` (8 B) plus CUB's
+#   ``DeviceSegmentedRadixSort::SortPairs`` temporary storage, which without a DoubleBuffer holds an
+#   alternate key (4 B) and value (8 B) buffer (``allocation_sizes`` of DispatchSegmentedRadixSort):
+#   2 + 4 + 12 + 8 + 12 = 38 B;
+# * 2-127 rows (``segmented_sort_pairs_by_full_sort``): two int2 index/segment buffers (8 + 8 B),
+#   CUB's keys_out (4 B, ``radix_sort_pairs`` is given none) and its alternate key (4 B) and int2
+#   value (8 B) buffers: 2 + 4 + 12 + 32 = 50 B;
+# * one row (``segmented_sort_large_segments``): indices and CUB's alternates for that row:
+#   2 + 4 + 12 + 8 + 12 = 38 B (a vocabulary of 1M+ takes the same path, one row at a time).
+# Larger than the 28 B live after the sort, so these are the native path's peak on CUDA.
+SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT = 38
+SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT = 50
+
 
 @dataclass(frozen=True)
 class BudgetTerms:
@@ -122,21 +139,45 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
     return worst + 2 * h * dtype_bytes  # residual stream and normalised hidden state
 
 
-def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda") -> int:
+def native_sort_bytes_per_logit(rows: int, vocab: int) -> int:
+    """Peak bytes per logit of the PyTorch-native top-k/top-p on CUDA in vLLM 0.10-0.11: the
+    ``torch.sort`` of ``rows`` × ``vocab`` float32 logits (see the constants; the path follows
+    ``launch_stable_sort_kernel``'s choice by rows and row length)."""
+    if rows == 1:
+        return SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT
+    if vocab >= 1_000_000:  # one row at a time: the temporaries are one row's, the 28 B after the sort bind
+        return SAMPLER_NATIVE_BYTES_PER_LOGIT
+    return SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT if rows < 128 else SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT
+
+
+def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer: bool | None = None,
+                            rows: int = 128, vocab: int = 0) -> int:
     """Peak bytes per logit element of the profile run's dummy sampler (see the constants).
     ``VLLM_USE_FLASHINFER_SAMPLER`` (vllm/envs.py, TopKTopPSampler.__init__) decides on CUDA:
     0.8-0.11 default None, read as "on when FlashInfer is importable" (the release images ship
     it); 0.15.1 made it opt-in ("disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt
     in"), so the native sort runs; 0.21 and 0.33 default it to True (the wheel requires
     flashinfer-python). Versions between those read are attributed to the later one. The CPU
-    backend samples natively; V0 has its own sampler."""
+    backend samples natively; V0 has its own sampler.
+
+    ``flashinfer`` says whether the sampler runs FlashInfer (``PlanRequest.flashinfer_sampler``);
+    None is the version's default as above. The 0.10.0, 0.10.1 and 0.11.0 wheels list
+    flashinfer-python only under the ``flashinfer`` extra, so a plain ``pip install vllm`` of those
+    versions samples natively (TopKTopPSampler.__init__: "FlashInfer is not available. Falling back
+    to the PyTorch-native implementation"). Their native path peaks in ``torch.sort``
+    (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); other versions' native path
+    keeps the 28 B read before (0.19 runs a Triton top-k/top-p kernel from 8 rows, not derived)."""
     if sem.engine == "V0":
         return V0_SAMPLER_BYTES_PER_LOGIT
     if device != "cuda":
         return SAMPLER_NATIVE_BYTES_PER_LOGIT
-    if (0, 15) <= sem.version < (0, 21):
-        return SAMPLER_NATIVE_BYTES_PER_LOGIT
-    return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
+    if flashinfer is None:
+        flashinfer = not (0, 15) <= sem.version < (0, 21)
+    if flashinfer:
+        return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
+    if (0, 10) <= sem.version < (0, 12):
+        return native_sort_bytes_per_logit(rows, vocab)
+    return SAMPLER_NATIVE_BYTES_PER_LOGIT
 
 
 def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
@@ -209,8 +250,10 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     non_torch = NON_TORCH_BASE_BYTES + comm
+    rows = min(config.max_num_seqs, max_num_batched_tokens)
+    sampler_bytes = sampler_bytes_per_logit(sem, device, config.request.flashinfer_sampler, rows, spec.vocab_size)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
-                                       config.max_num_seqs, last_stage, sampler_bytes_per_logit(sem, device))
+                                       config.max_num_seqs, last_stage, sampler_bytes)
     graphs = 0
     if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,

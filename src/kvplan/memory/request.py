@@ -34,6 +34,9 @@ class PlanRequest:
     num_gpu_blocks_override: Optional[int] = None
     gpus_per_node: int = 8
     disable_hybrid_kv_cache_manager: bool = False
+    # whether the sampler runs FlashInfer's top-k/top-p: None = the version's default with FlashInfer
+    # installed (release images); False = PyTorch-native (e.g. a plain pip install of 0.10-0.11)
+    flashinfer_sampler: Optional[bool] = None
     entrypoint: str = "serve"
     engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
     kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
