@@ -49,8 +49,10 @@ class Overheads:
     #: ... and per scheduled sequence.
     cpu_seq_s: float = 2.0e-5
     #: API server latency per request seen by the client on an idle server (HTTP, detokenisation,
-    #: streaming): added to TTFT and E2E.
-    request_s: float = 0.005
+    #: streaming): added to TTFT and E2E. Fitted to the fit half's single-request runs (dennislee
+    #: t2-01, t4-01, t6-01, t8-01: 7B TP1/TP2, 32B TP2, 72B TP2 on A100): the prior 5 ms left them
+    #: 8.4 / 9.7 / 10.2 / 9.2 ms fast, the same for every model size; 5 + 9.5 (their median) ms.
+    request_s: float = 0.0145
     #: The API server is one process: each request holds it for this long (HTTP parsing, request
     #: validation, input processing) before it reaches the engine, one after the other ...
     api_request_s: float = 0.008
