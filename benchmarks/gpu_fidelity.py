@@ -42,7 +42,7 @@ SAME_SHAPE = {
 }
 GPU_PATTERNS = [(r"A100-80GB|A100 80GB", "A100-80GB"), (r"A100-40GB", "A100-40GB"), (r"H100", "H100"),
                 (r"H200", "H200"), (r"MI300X", "MI300X"), (r"L40S", "L40S"), (r"B200", "B200"),
-                (r"RTX 3090", "RTX-3090")]
+                (r"RTX 3090", "RTX-3090"), (r"GB10", "GB10")]
 #: Fit half of the development set's sources (the overhead constants in kvplan.sim.opmodel were
 #: fitted on these only); the other half is the held-out score. Split by source series: the
 #: dennislee22 runs come in test series t1..t9 of different configurations.

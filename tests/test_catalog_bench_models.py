@@ -136,3 +136,28 @@ def test_amd_quark_fp8_checkpoints_weigh_one_byte_per_linear_weight(name, params
     # about 1 byte per parameter over 8 GPUs, the bf16 embedding and LM head on top
     assert res.memory.weights_gib_per_gpu * 2**30 == pytest.approx(params / 8, rel=0.06)
     assert res.kv.bytes_per_token_logical == len(spec.layers) * 2 * 8 * 128 * 1
+
+
+@pytest.mark.parametrize("name,layers,text_params,rel", [
+    # KV: layers x 2 x 8 KV heads x 128 x 2 B (bf16 KV: the FP8 checkpoint quantizes weights only)
+    ("mistralai/Ministral-3-3B-Instruct-2512", 26, 3.4e9, 0.01),    # model card: 3.4B language model (tied)
+    ("ministral-3-8b", 34, 8.4e9, 0.011),                            # model card: 8.4B language model
+    ("ministral-3-14b", 40, 13_506_073_600, 0.0),                    # the BF16 config's exact text count
+])
+def test_ministral_3_plans_with_fp8_weights_and_bf16_kv(name, layers, text_params, rel):
+    from kvplan.models.params import count_params
+
+    spec = load_model(name)
+    assert spec.quantization.method == "fp8" and spec.quantization.weight_block is None  # per-tensor scales
+    assert count_params(spec, include_vision=False) == pytest.approx(text_params, rel=rel)
+    res = plan(PlanRequest(model=spec, gpu=find_gpu("MI300X")), what_ifs=False)
+    assert res.startup.ok and res.flags.max_model_len == 262_144  # the 256k context of the model card
+    assert res.kv.bytes_per_token_logical == layers * 2 * 8 * 128 * 2
+    # one byte per linear weight; embedding, LM head (untied 8B/14B) and the 0.4B vision tower in
+    # bf16; plus the RoPE cos/sin cache over 262,144 positions
+    from kvplan.memory.budget import rope_cache_bytes
+
+    h, v = spec.hidden_size, spec.vocab_size
+    linear = count_params(spec, include_vision=False) - v * h * (1 if spec.tie_word_embeddings else 2)
+    expect = linear + 2 * v * h * (1 if spec.tie_word_embeddings else 2) + 2 * 0.407e9 + rope_cache_bytes(spec, 2)
+    assert res.memory.weights_gib_per_gpu * 2**30 == pytest.approx(expect, rel=0.003)

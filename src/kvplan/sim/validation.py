@@ -6,36 +6,36 @@ every simulate/tune result quotes the row of its GPU ("how far to trust this clo
 VALIDATION: dict = {
     "A100-SXM4-80GB": {
         "cases": 59,
-        "output_throughput": 0.0489,
-        "ttft": 0.2456,
+        "output_throughput": 0.0487,
+        "ttft": 0.2039,
         "tpot": 0.0375,
         "held_out": {
             "cases": 18,
-            "output_throughput": 0.082,
-            "ttft": 0.2539,
-            "tpot": 0.0672
+            "output_throughput": 0.0786,
+            "ttft": 0.2295,
+            "tpot": 0.0596
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-01"
+        "date": "2026-12-02"
     },
     "H100-SXM5-80GB": {
         "cases": 7,
-        "output_throughput": 0.2045,
-        "ttft": 0.1381,
+        "output_throughput": 0.2048,
+        "ttft": 0.1232,
         "tpot": 0.2488,
         "held_out": {
             "cases": 4,
-            "output_throughput": 0.2183,
-            "ttft": 0.0678,
-            "tpot": 0.46
+            "output_throughput": 0.2186,
+            "ttft": 0.0456,
+            "tpot": 0.4596
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-01",
+        "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.0417,
+                "tpot": 0.0422,
                 "cases": 24,
-                "ttft": 1.831
+                "ttft": 2.0181
             },
             "BLIS GuideLLM sync": {
                 "tpot": 0.0424,
@@ -43,25 +43,53 @@ VALIDATION: dict = {
             }
         }
     },
+    "MI300X": {
+        "cases": 3,
+        "output_throughput": 0.6206,
+        "ttft": 0.6562,
+        "tpot": 0.3222,
+        "held_out": {
+            "cases": 3,
+            "output_throughput": 0.6206,
+            "ttft": 0.6562,
+            "tpot": 0.3222
+        },
+        "benchmark": "benchmarks/gpu_fidelity.py",
+        "date": "2026-12-02"
+    },
     "H200-141GB": {
         "cases": 1,
-        "output_throughput": 0.2418,
+        "output_throughput": 0.2417,
         "ttft": 0.2271,
         "tpot": 0.1912,
         "held_out": {
             "cases": 1,
-            "output_throughput": 0.2418,
+            "output_throughput": 0.2417,
             "ttft": 0.2271,
             "tpot": 0.1912
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-01",
+        "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.2522,
+                "tpot": 0.2565,
                 "cases": 30,
-                "ttft": 2.79
+                "ttft": 2.9104
             }
         }
+    },
+    "GB10": {
+        "cases": 2,
+        "output_throughput": None,
+        "ttft": 0.3494,
+        "tpot": 0.3063,
+        "held_out": {
+            "cases": 2,
+            "output_throughput": None,
+            "ttft": 0.3494,
+            "tpot": 0.3063
+        },
+        "benchmark": "benchmarks/gpu_fidelity.py",
+        "date": "2026-12-02"
     }
 }
