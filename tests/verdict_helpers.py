@@ -64,6 +64,13 @@ def assert_bench_passed(returncode: Optional[int], d: dict, stderr: str = "") ->
         assert returncode in (1, None), (returncode, client_note(d), stderr[-2000:])
 
 
+#: How late the sends of a host-contended run may be (p99) before a test stops reading it: the
+#: client was idle and latencies are measured from each actual send, so lateness alone does not
+#: falsify them; a run late by more than a 10 s test run's length says nothing. (A fresh-clone run
+#: beside a one-core busy loop saw a 2.87 s p99 with the client at a few % of a core.)
+HOST_CONTENTION_LAG_TOLERANCE_S = 10.0
+
+
 class HostContendedRun(UserWarning):
     """A load run's sends were late because other processes had the CPU (bench's own diagnosis:
     the client was idle); the test checked what still holds and tolerated the rest."""
@@ -73,7 +80,7 @@ def tolerate_host_contention(d: dict, context: str = "") -> bool:
     """True when the run kept its schedule. When bench diagnosed host contention instead (sends
     late while the client's own CPU share stayed under its limit: the machine's other jobs had
     the cores, the client was not the bottleneck), assert that diagnosis is complete and the lag
-    within the tolerance, warn, and return False: the caller then skips only the assertions that
+    within HOST_CONTENTION_LAG_TOLERANCE_S, warn, and return False: the caller then skips only the assertions that
     need an unloaded host (a sub-5 ms median lag, client latencies within one histogram bucket of
     the server's) and keeps the others."""
     client = d.get("client") or {}
@@ -83,8 +90,8 @@ def tolerate_host_contention(d: dict, context: str = "") -> bool:
     reasons = client.get("host_contention_reasons") or []
     assert reasons and "host contention, not the load generator" in reasons[0], (context, client)
     assert not d.get("client_bound"), (context, client_note(d))
-    assert lag.get("p99") is not None and lag["p99"] <= CLIENT_LAG_TOLERANCE_S, (
+    assert lag.get("p99") is not None and lag["p99"] <= HOST_CONTENTION_LAG_TOLERANCE_S, (
         f"{context}: host contention with a p99 send lag of {lag.get('p99')} s, over the "
-        f"{CLIENT_LAG_TOLERANCE_S} s a test tolerates")
+        f"{HOST_CONTENTION_LAG_TOLERANCE_S} s a test tolerates")
     warnings.warn(HostContendedRun(f"{context}: {reasons[0]}"), stacklevel=2)
     return False
