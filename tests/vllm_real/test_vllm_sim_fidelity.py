@@ -8,7 +8,8 @@ The bursts are built so that the scheduler's rules, not the clock, decide the an
 
 * ``waves`` (tolerance: one wave boundary, see the test): three "blocker" requests (1,500-token prompts, identical, so their arrival order does
   not matter) fill 141 of the 159 usable blocks and grow to 153; six more requests, sent one by one
-  40 ms apart while the blockers run, all need more blocks than are free (≥ 20 > 18), so they
+  while the blockers run (each once the server's gauges show the previous one queued), all need more
+  blocks than are free (≥ 20 > 18), so they
   queue in send order however long a step takes; when the blockers finish, they are admitted as the
   freed blocks and the 2,048-token budget allow (chunked prefill of the 1,200-token head, waves of
   two or three), and as they grow past the cache some are preempted and recomputed. One more
@@ -65,24 +66,62 @@ WAVES = (
         [(1200, 300), (700, 300), (1000, 200), (640, 400), (900, 300), (800, 250)]))
     + (Req("R", 0.3 + 0.04 * 6, 2100, 16),)
 )
+#: The waves burst's queue, sent one by one as the server shows each queued (run_burst).
+QUEUE = tuple(r.name for r in WAVES if r.name.startswith("W"))
 IDENTICAL = tuple(Req(f"I{i}", 0.0, 1000, 500) for i in range(4))
 
 
-def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: float = 150.0) -> tuple[list[Outcome], float]:
-    """Send each request at its offset (one thread each), stream it, and return the outcomes plus the
-    server's preemption delta. Bounded: len(reqs) <= 16 requests, ``timeout`` per stream."""
+#: How long the gate of a queued request waits for the server to show it (one engine step of the
+#: running blockers, 50-150 ms, updates the scheduler's gauges; far longer means the server is stuck).
+QUEUE_GATE_TIMEOUT_S = 30.0
+
+
+def _wait_for(base_url: str, what: str, condition, timeout: float = QUEUE_GATE_TIMEOUT_S) -> dict:
+    """Poll the server's scheduler gauges until ``condition(running, waiting)`` holds; fail naming
+    ``what`` and the last gauges when it does not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape_metrics(base_url)
+        gauges = {"running": m.get("vllm:num_requests_running"), "waiting": m.get("vllm:num_requests_waiting")}
+        if condition(gauges["running"], gauges["waiting"]):
+            return gauges
+        if time.monotonic() > deadline:
+            pytest.fail(f"the server did not show {what} within {timeout} s (last gauges: {gauges})")
+        time.sleep(0.005)
+
+
+def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: float = 150.0,
+              queued: tuple[str, ...] = ()) -> tuple[list[Outcome], float, dict[str, float]]:
+    """Send each request at its offset (one thread each), stream it, and return the outcomes, the
+    server's preemption delta and each request's actual send offset.
+
+    The requests named in ``queued`` are sent in that order, each only once the server's own
+    gauges show the requests before it in place: the first once every earlier request is running
+    and none waits, each next one once ``vllm:num_requests_waiting`` counts the previous one. Why:
+    threads released 40 ms apart reach the scheduler out of order on a host whose cores other jobs
+    hold (a fresh-clone run beside a busy loop saw W2 admitted before W1), and the test is about
+    the scheduler's rules for a queue in a known order, not about thread timing. The simulator is
+    fed that order (the requests' ``at_s``); the queue's arrival times do not matter to it because
+    none of them fits before the blockers free their blocks.
+    Bounded: len(reqs) <= 16 requests, ``timeout`` per stream, QUEUE_GATE_TIMEOUT_S per gate."""
     assert len(reqs) <= 16
     model = model_name(base_url)
     before = scrape_metrics(base_url).get("vllm:num_preemptions_total")
     t0 = time.monotonic() + 0.2
     out: dict[str, Outcome] = {}
+    sent_at: dict[str, float] = {}
     lock = threading.Lock()
+    gates = {name: threading.Event() for name in queued}
 
     def one(i: int, r: Req) -> None:
         delay = t0 + r.at_s - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if r.name in gates and not gates[r.name].wait(timeout=len(queued) * QUEUE_GATE_TIMEOUT_S + 10):
+            return  # the coordinator failed the test; nothing was sent
         start = time.monotonic()
+        with lock:
+            sent_at[r.name] = start - t0
         res = stream_completion(base_url, model, random_prompt_ids(r.prompt, seed + i), r.output, index=i,
                                 timeout=timeout)
         first = None if res.first_token_s is None else start + res.first_token_s - t0
@@ -92,11 +131,24 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(reqs)) as pool:
         futs = [pool.submit(one, i, r) for i, r in enumerate(reqs)]
+        try:
+            if queued:
+                ahead = sum(1 for r in reqs if r.name not in gates and r.at_s <= min(
+                    q.at_s for q in reqs if q.name in gates))
+                _wait_for(base_url, f"the {ahead} requests ahead of the queue running",
+                          lambda running, waiting: running >= ahead and waiting == 0)
+                for k, name in enumerate(queued):
+                    gates[name].set()
+                    _wait_for(base_url, f"{name} waiting (the queue's request {k + 1})",
+                              lambda running, waiting, n=k + 1: waiting >= n)
+        finally:
+            for gate in gates.values():
+                gate.set()  # never leave a thread parked (a failed gate fails the test above)
         concurrent.futures.wait(futs, timeout=timeout + 30)
         for f in futs:
             f.result(timeout=0)
     after = scrape_metrics(base_url).get("vllm:num_preemptions_total")
-    return [out[r.name] for r in reqs], after - before
+    return [out[r.name] for r in reqs], after - before, sent_at
 
 
 def real_first_token_order(outcomes: list[Outcome]) -> list[str]:
@@ -195,7 +247,7 @@ def plan_and_profile(fidelity_server, tiny_llama_model):
 
 def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, capsys):
     req, profile = plan_and_profile
-    outcomes, real_pre = run_burst(fidelity_server.base_url, WAVES)
+    outcomes, real_pre, sent_at = run_burst(fidelity_server.base_url, WAVES, queued=QUEUE)
     by = {o.name: o for o in outcomes}
     assert by["R"].status_400 and not by["R"].ok, by["R"]  # vLLM's API rejects a prompt over max_model_len
     served = [o for o in outcomes if o.name != "R"]
@@ -210,7 +262,8 @@ def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, ca
     with capsys.disabled():
         print("\n[sim fidelity] " + json.dumps({
             "burst": "waves", "real": {"waves": real_waves, "order": real_order, "preemptions": real_pre, "rejected": 1,
-                                       "first_token_s": {o.name: round(o.first_token_s, 3) for o in served}},
+                                       "first_token_s": {o.name: round(o.first_token_s, 3) for o in served},
+                                       "sent_s": {n: round(t, 3) for n, t in sent_at.items()}},
             "sim": {"waves": sim_waves, "order": sim_order, "preemptions": d["preemptions"],
                     "rejected": d["rejected"]}}))
     assert d["rejected"] == 1 and per["R"]["status"] == "rejected"
@@ -248,7 +301,7 @@ def test_rejection_and_clamping_match(fidelity_server, plan_and_profile):
 
 def test_identical_burst_preemptions_match(fidelity_server, plan_and_profile, capsys):
     req, profile = plan_and_profile
-    outcomes, real_pre = run_burst(fidelity_server.base_url, IDENTICAL, seed=9000)
+    outcomes, real_pre, _ = run_burst(fidelity_server.base_url, IDENTICAL, seed=9000)
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     sim = simulate_burst(req, IDENTICAL, profile)
     d = sim.to_dict()
