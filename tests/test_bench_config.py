@@ -1,4 +1,4 @@
-"""Config parsing, arrival schedules, percentiles / bootstrap, compare verdicts, result building."""
+"""Config parsing, arrival schedules, percentiles / order-statistic intervals, compare verdicts, result building."""
 from __future__ import annotations
 
 import json

@@ -10,6 +10,7 @@ import pytest
 
 from kvplan.errors import UsageError
 from kvplan.ops.doctor import FINDING_IDS, diagnose, read_source
+from kvplan.ops.doctor.model import COSTS
 from test_bench_support import run_cli
 
 FIX = Path(__file__).parent / "fixtures"
@@ -62,17 +63,24 @@ KV_TOO_SMALL = [
 ]
 
 
-@pytest.mark.parametrize("prefix, max_len, fit, first_fix", KV_TOO_SMALL)
-def test_kv_too_small_public_logs(prefix, max_len, fit, first_fix):
+@pytest.mark.parametrize("prefix, max_len, fit, length_fix", KV_TOO_SMALL)
+def test_kv_too_small_public_logs(prefix, max_len, fit, length_fix):
     path = next((FIX / "vllm_logs").glob(prefix + "*.log"))
     r = _diag(path)
     f = next(f for f in r.findings if f.id == "kv_cache_too_small_for_max_model_len")
     nums = dict(f.numbers)
     assert nums["max_model_len"] == max_len
     assert nums.get("estimated_max_model_len", nums.get("kv_cache_tokens")) == fit
-    assert f.fixes[0].change == first_fix
-    assert [x.cost for x in f.fixes] == sorted((x.cost for x in f.fixes),
-                                               key=["free", "operational", "accuracy", "throughput", "hardware"].index)
+    # The largest length that starts is offered, but never as free: vLLM then refuses every longer
+    # request, so it costs capacity and names the lengths given up. A fix that keeps the asked
+    # length at no cost (a higher utilisation, where the log leaves room) ranks before it, as in
+    # vLLM's own message ("Try increasing `gpu_memory_utilization` or decreasing `max_model_len`").
+    by_change = {x.change: x for x in f.fixes}
+    shorter = by_change[length_fix]
+    assert shorter.cost == "capacity" and f"max_model_len {max_len:,} → " in shorter.price, shorter
+    assert "longer requests are refused" in shorter.price
+    assert [x.cost for x in f.fixes] == sorted((x.cost for x in f.fixes), key=COSTS.index)
+    assert f.fixes[0].cost == "free" or f.fixes[0] is shorter, f.fixes[0]
     assert not r.healthy
 
 
@@ -110,8 +118,10 @@ def test_cpu_build_failed_startup():
     assert f.id == "kv_cache_too_small_for_max_model_len"
     assert dict(f.numbers)["estimated_max_model_len"] == 384
     changes = [x.change for x in f.fixes]
-    assert changes[0] == "--max-model-len 384"
-    assert any(c.startswith("--kv-cache-memory-bytes ") for c in changes)  # it set the KV size explicitly
+    # it set the KV size explicitly: the larger size keeps the asked length at no cost and comes
+    # first; the largest length that starts costs capacity (longer requests are refused)
+    assert changes[:2] == ["--kv-cache-memory-bytes 5592406", "--max-model-len 384"]
+    assert [x.cost for x in f.fixes[:2]] == ["free", "capacity"]
     assert r.runs[0].vllm_version == "0.32.0"
 
 

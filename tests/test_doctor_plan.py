@@ -15,13 +15,13 @@ from kvplan.memory import PlanRequest, plan
 from kvplan.memory.startup_log import StartupLog
 from kvplan.models import load_model
 from kvplan.ops.doctor import diagnose, read_source
+from kvplan.ops.doctor.model import COSTS
 from kvplan.ops.doctor.planned import resolve_model
 from test_bench_support import run_cli
 
 FIX = Path(__file__).parent / "fixtures"
 LOGS = FIX / "vllm_logs"
 INDEX = {e["file"][:2]: e for e in json.loads((LOGS / "index.json").read_text())}
-COSTS = ["free", "operational", "accuracy", "throughput", "hardware"]
 
 
 def _log(prefix: str) -> Path:
@@ -45,9 +45,12 @@ def test_v0_llama_rtx3090_fixes_come_from_the_plan():
     assert r.runs[0].fix_basis == "plan: meta-llama/Llama-3.1-8B-Instruct, vLLM 0.10 rules (V0)"
     fixes = _fixes(r, "kv_cache_too_small_for_max_model_len")
     assert all(x.basis == "plan" for x in fixes.values())
-    first = next(iter(fixes.values()))
-    assert first.change == "--max-model-len 23648"  # vLLM's own 23,648 tokens = 1,478 × 16
-    assert dict(first.numbers)["num_gpu_blocks"] == 1478 and dict(first.numbers)["starts"] is True
+    # keeping the asked 29,000 tokens at no cost first (vLLM's own advice order), then the largest
+    # length that starts, which costs capacity
+    assert list(fixes)[:2] == ["--gpu-memory-utilization 0.95", "--max-model-len 23648"]
+    shorter = fixes["--max-model-len 23648"]  # vLLM's own 23,648 tokens = 1,478 × 16
+    assert shorter.cost == "capacity" and shorter.price == "max_model_len 29,000 → 23,648: longer requests are refused"
+    assert dict(shorter.numbers)["num_gpu_blocks"] == 1478 and dict(shorter.numbers)["starts"] is True
     util = dict(fixes["--gpu-memory-utilization 0.95"].numbers)
     assert (util["num_gpu_blocks"], util["added_blocks"], util["kv_cache_tokens"], util["max_concurrency"]) == \
         (2081, 603, 33296, 1.15)
@@ -79,9 +82,10 @@ def test_a_plan_that_does_not_reproduce_the_log_is_not_used():
     for version in (None, "0.11"):
         r = diagnose([read_source(str(_log("19")))], model="openai/gpt-oss-120b", vllm_version=version)
         f = r.findings[0]
-        assert f.fixes[0].change == "--max-model-len 49360"
-        assert f.fixes[0].basis.startswith("log arithmetic (plan for openai/gpt-oss-120b, vLLM ")
-        assert "does not reproduce the log: vLLM needed 4.54 GiB" in f.fixes[0].basis
+        shorter = next(x for x in f.fixes if x.change.startswith("--max-model-len "))
+        assert shorter.change == "--max-model-len 49360" and shorter.cost == "capacity"
+        assert shorter.basis.startswith("log arithmetic (plan for openai/gpt-oss-120b, vLLM ")
+        assert "does not reproduce the log: vLLM needed 4.54 GiB" in shorter.basis
 
 
 def test_negative_kv_memory_gpt_oss_plans_the_extra_gpu():
@@ -118,7 +122,7 @@ def test_cpu_build_failed_startup_with_its_config():
         cfg_path.write_text(json.dumps(cfg))
         r = diagnose([read_source(str(path))], model=str(cfg_path))
     fixes = _fixes(r, "kv_cache_too_small_for_max_model_len")
-    assert list(fixes)[:2] == ["--max-model-len 384", "--kv-cache-memory-bytes 4456448"]
+    assert list(fixes)[:2] == ["--kv-cache-memory-bytes 4456448", "--max-model-len 384"]
     first = dict(fixes["--max-model-len 384"].numbers)
     assert (first["num_gpu_blocks"], first["kv_cache_tokens"], first["max_concurrency"]) == (4, 512, 1.33)
     need = dict(fixes["--kv-cache-memory-bytes 4456448"].numbers)

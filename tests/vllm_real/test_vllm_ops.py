@@ -41,13 +41,15 @@ def _doctor(*sources: tuple[str, str]):
 
 def test_doctor_on_real_kv_too_small_startup(kv_too_small_exit):
     """The harness's failed start-up (1 MiB of KV for --max-model-len 2048): vLLM estimates 384
-    tokens; doctor says so, quotes the line and suggests --max-model-len 384 first."""
+    tokens; doctor says so, quotes the line, suggests the KV size that keeps 2,048 tokens first (free)
+    and --max-model-len 384 next (capacity: longer requests would be refused)."""
     assert kv_too_small_exit.returncode != 0
     r = _doctor((str(kv_too_small_exit.log_path), kv_too_small_exit.log_text))
     f = next(f for f in r.findings if f.id == "kv_cache_too_small_for_max_model_len")
     nums = dict(f.numbers)
     assert nums["max_model_len"] == 2048 and nums["estimated_max_model_len"] == 384
-    assert f.fixes[0].change == "--max-model-len 384"
+    assert f.fixes[0].change.startswith("--kv-cache-memory-bytes ") and f.fixes[0].cost == "free"
+    assert f.fixes[1].change == "--max-model-len 384" and f.fixes[1].cost == "capacity"
     lines = kv_too_small_exit.log_text.splitlines()
     assert "To serve at least one request" in lines[f.evidence[0].line - 1]
     assert not r.healthy
@@ -210,8 +212,9 @@ def test_doctor_planned_kv_size_starts_the_real_server(kv_too_small_exit, tiny_l
     r = diagnose([(str(kv_too_small_exit.log_path), kv_too_small_exit.log_text)], model=str(tiny_llama_model.path))
     f = next(f for f in r.findings if f.id == "kv_cache_too_small_for_max_model_len")
     assert r.runs[0].fix_basis.startswith("plan: ")
-    assert f.fixes[0].change == "--max-model-len 384" and f.fixes[0].basis == "plan"
-    size = next(x for x in f.fixes if x.change.startswith("--kv-cache-memory-bytes "))
+    size, shorter = f.fixes[:2]
+    assert shorter.change == "--max-model-len 384" and shorter.basis == "plan" and shorter.cost == "capacity"
+    assert size.change.startswith("--kv-cache-memory-bytes ") and size.cost == "free"
     nums = dict(size.numbers)
     assert size.basis == "plan" and nums["starts"]
     srv = S.VllmServer(tiny_llama_model.path, ("--max-model-len", "2048", "--kv-cache-memory-bytes",

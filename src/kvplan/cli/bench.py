@@ -163,10 +163,10 @@ def compare_cmd(
     baseline: str = typer.Argument(..., help="Baseline result JSON."),
     current: str = typer.Argument(..., help="Current result JSON."),
     threshold: float = typer.Option(0.05, "--threshold", help="Relative change that counts (0.05 = 5%)."),
-    confidence: float = typer.Option(0.95, "--confidence", help="Bootstrap confidence level."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the distribution-free (order-statistic) intervals, Bonferroni-corrected over the nine rows."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
 ) -> None:
-    """P50/P95/P99 of TTFT, TPOT and E2E with bootstrap CIs; exit 1 on a regression."""
+    """P50/P95/P99 of TTFT, TPOT and E2E with distribution-free confidence intervals (order statistics, exact for any n); exit 1 on a regression."""
     from ..bench.compare import compare
     from ..bench.io import load_result
 

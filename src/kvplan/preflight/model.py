@@ -32,7 +32,7 @@ CHECK_IDS: dict[str, str] = {
     "load_kv_usage": "KV-cache usage stays below the alert threshold (90%)",
     "load_queue": "requests waiting stay at or below the alert threshold (10) and the server keeps up with the rate",
     "slo_*": "one check per --slo key (e.g. slo_ttft_p99): the measured or simulated value within its limit",
-    "baseline_regression": "no latency regression against --baseline (kvplan bench compare, bootstrap CIs)",
+    "baseline_regression": "no latency regression against --baseline (kvplan bench compare, distribution-free CIs)",
     "history_cap": "multi-turn conversations: history capped so every turn's prompt + max_tokens fits max_model_len",
     "alerts_written": "Prometheus rules and Grafana dashboard written to --output-dir (promtool-checked when available)",
 }

@@ -9,12 +9,13 @@ memory and inversely with bytes per token, which is exactly how vLLM sizes the c
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 from . import planned_fixes as pf
 from .model import Fix
 from .planned import LogPlanner, log_basis
-from .planned_fixes import Coverage, cover, ranked
+from .planned_fixes import Coverage, cover, ranked, shorter_context_cost
 
 BLOCK = 16
 
@@ -32,19 +33,17 @@ def kv_too_small(max_len: int, kv_tokens: float, args: dict[str, Any], util: Opt
     basis = log_basis(why)
     fixes: list[Fix] = []
     fit = _floor_block(kv_tokens)
-    fixes.append(Fix(f"--max-model-len {fit}", f"starts; one {fit:,}-token request fits (1.0x concurrency){cover(coverage, fit)}",
-                     "free", (("max_model_len", fit), ("max_concurrency", round(kv_tokens / fit, 2))), basis))
+    fixes.append(_shorter(coverage, max_len, fit, f"starts; one {fit:,}-token request fits (1.0x concurrency)"
+                          f"{cover(coverage, fit)}", kv_tokens, basis))
     p99 = getattr(coverage, "p99", None) if coverage is not None else None
     if p99 and 0 < p99 < fit:
         l99 = min(fit, -(-int(p99) // BLOCK) * BLOCK)
-        fixes.append(Fix(f"--max-model-len {l99}", f"covers P99 of your requests ({l99:,} tokens){cover(coverage, l99)} and "
-                         f"gives {kv_tokens / l99:.1f}x concurrency", "free",
-                         (("max_model_len", l99), ("max_concurrency", round(kv_tokens / l99, 2))), basis))
+        fixes.append(_shorter(coverage, max_len, l99, f"covers P99 of your requests ({l99:,} tokens){cover(coverage, l99)} "
+                              f"and gives {kv_tokens / l99:.1f}x concurrency", kv_tokens, basis))
     quarter = _floor_block(kv_tokens / 4)
     if quarter >= 1024 and quarter < fit:
-        fixes.append(Fix(f"--max-model-len {quarter}", f"starts with {kv_tokens / quarter:.1f}x concurrency at {quarter:,} "
-                         f"tokens per request{cover(coverage, quarter)}", "free",
-                         (("max_model_len", quarter), ("max_concurrency", round(kv_tokens / quarter, 2))), basis))
+        fixes.append(_shorter(coverage, max_len, quarter, f"starts with {kv_tokens / quarter:.1f}x concurrency at "
+                              f"{quarter:,} tokens per request{cover(coverage, quarter)}", kv_tokens, basis))
     kvmb = args.get("kv_cache_memory_bytes")
     if isinstance(kvmb, int) and kvmb > 0:
         # An explicit KV size replaces the utilisation budget: scale it to one max_model_len request.
@@ -69,6 +68,13 @@ def kv_too_small(max_len: int, kv_tokens: float, args: dict[str, Any], util: Opt
                      "weights, so more than twice the KV tokens (run kvplan plan for the exact figure)", "hardware",
                      (("tensor_parallel_size", tp * 2),)))
     return ranked(fixes)
+
+
+def _shorter(coverage: Coverage, max_len: int, length: int, effect: str, kv_tokens: float, basis: str) -> Fix:
+    """``--max-model-len length`` (shorter than ``max_len``), priced by planned_fixes.shorter_context_cost."""
+    cost, price = shorter_context_cost(coverage, max_len, length)
+    return replace(Fix(f"--max-model-len {length}", effect, cost,
+                       (("max_model_len", length), ("max_concurrency", round(kv_tokens / length, 2))), basis), price=price)
 
 
 def _fits(max_len: int, tokens: float, what: str) -> str:

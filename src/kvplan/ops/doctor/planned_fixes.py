@@ -36,6 +36,18 @@ def ranked(fixes: list[Fix]) -> tuple[Fix, ...]:
     return tuple(sorted(fixes, key=lambda f: COSTS.index(f.cost)))
 
 
+def shorter_context_cost(coverage: Coverage, max_len: int, length: int) -> tuple[str, str]:
+    """(cost, price) of lowering max_model_len to ``length``: vLLM then refuses every request
+    longer than it (HTTP 400), so it costs capacity, named as the lengths given up; it is free only
+    when the user's request log shows every request fits (model.COSTS; preflight's
+    whatif.priced prices the same change the same way)."""
+    if length >= max_len:
+        return "free", ""
+    if coverage is not None and coverage(length)[0] >= 1.0:
+        return "free", ""
+    return "capacity", f"max_model_len {max_len:,} → {length:,}: longer requests are refused"
+
+
 def cover(coverage: Coverage, length: int) -> str:
     if coverage is None:
         return ""
@@ -90,8 +102,9 @@ def kv_too_small(p: LogPlanner, max_len: int, args: dict[str, Any], util: Option
             lengths.append((quarter, "a quarter of the largest length"))
     for length, why in lengths:
         r = p.replan(max_model_len=length)
-        fixes.append(_fix(f"--max-model-len {length}", f"{why}: plan gives {_outcome(r)}{cover(coverage, length)}",
-                          "free", r))
+        cost, price = shorter_context_cost(coverage, max_len, length)
+        fixes.append(replace(_fix(f"--max-model-len {length}", f"{why}: plan gives {_outcome(r)}{cover(coverage, length)}",
+                                  cost, r), price=price))
     fixes.extend(_more_memory(p, base, max_len, args, util))
     fixes.extend(_fp8(p, args, max_len))
     fixes.extend(_more_gpus(p, args, max_len))
