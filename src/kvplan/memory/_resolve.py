@@ -160,7 +160,7 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     # lengths sized later (auto-fit, the capacity ladder) with max_num_seqs as capped below.
     max_num_batched_tokens = req.max_num_batched_tokens or _default_max_num_batched_tokens(
         sem, max_num_seqs, default_batched, max_model_len)
-    if not req.max_num_seqs and sem.version >= (0, 9):
+    if not req.max_num_seqs and sem.default_max_num_seqs_capped_by_batch:
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
     concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
 
@@ -197,7 +197,7 @@ def _default_max_num_batched_tokens(sem: VllmSemantics, max_num_seqs: int, defau
     if sem.engine == "V0":
         # V0 turned chunked prefill on by itself above 32K tokens of context, with a
         # 2,048-token batch; otherwise a batch holds a whole max-length prompt.
-        return 2048 if max_model_len > 32768 and sem.version >= (0, 6) else max(max_model_len, 2048)
+        return 2048 if max_model_len > 32768 and sem.v0_chunks_long_context else max(max_model_len, 2048)
     return min(max_num_seqs * max_model_len, default) if sem.batch_cap_by_max_len else default
 
 
@@ -207,7 +207,7 @@ def _max_concurrent_batches(sem: VllmSemantics, device: str, pipeline_parallel_s
     async_on = sem.async_scheduling_default and device == "cuda"
     if async_on and pipeline_parallel_size == 1:
         return 2
-    if async_on and sem.version >= (0, 32):
+    if async_on and sem.v2_runner_keeps_async_under_pp:
         return pipeline_parallel_size + 1
     return pipeline_parallel_size
 

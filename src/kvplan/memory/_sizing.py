@@ -69,7 +69,7 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
     source = req.kv_memory_source if req.kv_cache_memory_bytes is not None else "estimate"
     budget = max(budgets, key=lambda b: b.weights_bytes)
 
-    if config.device == "cuda" and req.kv_cache_memory_bytes is None and sem.version >= (0, 11):
+    if config.device == "cuda" and req.kv_cache_memory_bytes is None and sem.startup_checks_free_memory:
         free = gpu.memory_bytes - budget.preexisting_bytes
         if free < budget.requested_bytes:
             errors.append(admission.free_memory_below_requested(sem, free, gpu.memory_bytes,

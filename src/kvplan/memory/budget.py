@@ -172,10 +172,10 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     if device != "cuda":
         return SAMPLER_NATIVE_BYTES_PER_LOGIT
     if flashinfer is None:
-        flashinfer = not (0, 15) <= sem.version < (0, 21)
+        flashinfer = sem.flashinfer_sampler_default
     if flashinfer:
         return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
-    if (0, 10) <= sem.version < (0, 12):
+    if sem.native_sampler_sorts_logits:
         return native_sort_bytes_per_logit(rows, vocab)
     return SAMPLER_NATIVE_BYTES_PER_LOGIT
 

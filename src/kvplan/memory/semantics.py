@@ -277,6 +277,43 @@ class VllmSemantics:
         """0.12+: a RoPE model's derived length is scaled by a float factor before it is printed."""
         return self.version >= (0, 12)
 
+    # -- the planner's own version rules (memory/_resolve.py, _sizing.py, budget.py) -------------
+    @property
+    def startup_checks_free_memory(self) -> bool:
+        """0.11+ (as planned here): start-up refuses a GPU whose free memory is below
+        gpu_memory_utilization × total (admission.free_memory_below_requested's text)."""
+        return self.version >= (0, 11)
+
+    @property
+    def default_max_num_seqs_capped_by_batch(self) -> bool:
+        """0.9+: a defaulted max_num_seqs is capped at max_num_batched_tokens
+        (``self.max_num_seqs = min(self.max_num_seqs, self.max_num_batched_tokens)``)."""
+        return self.version >= (0, 9)
+
+    @property
+    def v0_chunks_long_context(self) -> bool:
+        """V0 0.6+: above 32K tokens of context chunked prefill turns on by itself, with a
+        2,048-token batch (before, a batch holds a whole max-length prompt)."""
+        return self.version >= (0, 6)
+
+    @property
+    def v2_runner_keeps_async_under_pp(self) -> bool:
+        """0.32+: the V2 model runner (the default) keeps async scheduling under pipeline
+        parallelism, so max_concurrent_batches = pp + 1 (the V1 runner turns async off)."""
+        return self.version >= (0, 32)
+
+    @property
+    def flashinfer_sampler_default(self) -> bool:
+        """Whether the dummy sampler runs FlashInfer by default on CUDA (VLLM_USE_FLASHINFER_SAMPLER,
+        budget.sampler_bytes_per_logit): opt-in from 0.15.1 until 0.21, on otherwise."""
+        return not (0, 15) <= self.version < (0, 21)
+
+    @property
+    def native_sampler_sorts_logits(self) -> bool:
+        """0.10-0.11: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
+        logits (budget.native_sort_bytes_per_logit); other versions' native path does not."""
+        return (0, 10) <= self.version < (0, 12)
+
     # -- scheduler and block-size defaults (memory/defaults.py) ---------------------------------
     @property
     def cpu_scheduler_defaults(self) -> bool:
