@@ -33,9 +33,9 @@ VALIDATION: dict = {
         "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.0422,
+                "tpot": 0.0328,
                 "cases": 24,
-                "ttft": 2.0181
+                "ttft": 0.2424
             },
             "BLIS GuideLLM sync": {
                 "tpot": 0.0424,
@@ -72,9 +72,9 @@ VALIDATION: dict = {
         "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.2565,
+                "tpot": 0.2725,
                 "cases": 30,
-                "ttft": 2.9104
+                "ttft": 0.1708
             }
         }
     },
