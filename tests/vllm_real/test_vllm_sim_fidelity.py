@@ -6,7 +6,7 @@ order in which requests received their first token.
 
 The bursts are built so that the scheduler's rules, not the clock, decide the answers:
 
-* ``waves`` (tolerance: one wave boundary, see the test): three "blocker" requests (1,500-token prompts, identical, so their arrival order does
+* ``waves`` (tolerance: stated in the test): three "blocker" requests (1,500-token prompts, identical, so their arrival order does
   not matter) fill 141 of the 159 usable blocks and grow to 153; six more requests, sent one by one
   while the blockers run (each once the server's gauges show the previous one queued), all need more
   blocks than are free (≥ 20 > 18), so they
@@ -256,8 +256,9 @@ def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, ca
     sim = simulate_burst(req, WAVES, profile)
     d = sim.to_dict()
     per = {WAVES[p["i"]].name: p for p in d["per_request"]}
-    real_waves = waves([(o.name, o.first_token_s) for o in served if o.name.startswith("W")], WAVE_GAP_S)
+    real_times = [(o.name, o.first_token_s) for o in served if o.name.startswith("W")]
     sim_waves = waves([(n, p["first_token"]) for n, p in per.items() if n.startswith("W")], 1e-9)
+    real_waves = waves(real_times, WAVE_GAP_S)
     real_order, sim_order = real_first_token_order(outcomes), sim_first_token_order(sim, WAVES)
     with capsys.disabled():
         print("\n[sim fidelity] " + json.dumps({
@@ -270,12 +271,23 @@ def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, ca
     # the blockers first (identical: any order among them), then the queue in send order, in the same waves
     assert sorted(real_order[:3]) == sorted(sim_order[:3]) == ["B0", "B1", "B2"]
     assert [n for w in sim_waves for n in w] == [f"W{i}" for i in range(6)]  # FCFS: nobody overtakes
-    assert [n for w in real_waves for n in w] == [f"W{i}" for i in range(6)]
-    # Stated tolerance: at most one wave boundary may differ. Why: the three blockers are sent
-    # together, and whether vLLM admits them in two steps or three (a race between the API server
-    # and the first step) shifts when each finishes by a step, and so which step frees the blocks the
-    # queue's next request needs. Observed: equal in 4 of 5 runs, W3 | W4 split once.
-    assert len(wave_starts(real_waves) ^ wave_starts(sim_waves)) <= 1, (real_waves, sim_waves)
+    # The client sees each request's first token on its own thread: one step's first tokens can
+    # reach it tens of ms apart on a loaded host (a CI run saw W1 and W2, prefilled in one step,
+    # 46 ms apart and in reverse order), so a real group may split a simulated step, in any order
+    # inside it. What the scheduler decides is checked: no request gets its first token before one
+    # the simulator admitted in an earlier step (FCFS across steps) ...
+    sim_step = {n: i for i, w in enumerate(sim_waves) for n in w}
+    real_steps = [sim_step[n] for n in real_order if n.startswith("W")]
+    assert real_steps == sorted(real_steps), (real_waves, sim_waves)
+    # ... and the steps' boundaries. Stated tolerance: at most one simulated boundary may be missing
+    # from the real run and at most two extra real ones may appear (one from the blockers' race
+    # below, one from a step's first tokens delivered apart). Why the race: the three blockers are
+    # sent together, and whether vLLM admits them in two steps or three (a race between the API
+    # server and the first step) shifts when each finishes by a step, and so which step frees the
+    # blocks the queue's next request needs. Observed: equal in most runs, W3 | W4 split once.
+    real_starts, sim_starts = wave_starts(real_waves), wave_starts(sim_waves)
+    assert len(sim_starts - real_starts) <= 1 and len(real_starts - sim_starts) <= 2, (real_waves, sim_waves)
+    assert len(real_starts ^ sim_starts) <= 2, (real_waves, sim_waves)
     assert len(sim_waves) >= 3  # non-trivial: the freed blocks and the budget admit the queue in waves
     assert real_pre >= 1  # the burst overflows the cache
     assert d["preemptions"] == real_pre
