@@ -78,9 +78,9 @@ def priced(before, after) -> tuple[str, str]:
         parts.append(f"+{gpus_a - gpus_b} GPU(s)")
     if before.startup.ok and a < b:
         parts.append(f"−{b - a:,} KV tokens per replica (−{(b - a) / b:.0%} of {b:,})" if b else "")
-    if before.startup.ok and after.flags.max_model_len < before.flags.max_model_len:
-        parts.append(f"max_model_len {before.flags.max_model_len:,} → {after.flags.max_model_len:,}")
     shorter = before.startup.ok and after.flags.max_model_len < before.flags.max_model_len  # longer requests refused
+    if shorter:
+        parts.append(f"max_model_len {before.flags.max_model_len:,} → {after.flags.max_model_len:,}")
     category = "hardware" if gpus_a > gpus_b else ("capacity" if before.startup.ok and a < b or shorter else "free")
     return category, "; ".join(p for p in parts if p)
 

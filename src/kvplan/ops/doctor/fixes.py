@@ -9,7 +9,6 @@ memory and inversely with bytes per token, which is exactly how vLLM sizes the c
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Optional
 
 from . import planned_fixes as pf
@@ -73,8 +72,8 @@ def kv_too_small(max_len: int, kv_tokens: float, args: dict[str, Any], util: Opt
 def _shorter(coverage: Coverage, max_len: int, length: int, effect: str, kv_tokens: float, basis: str) -> Fix:
     """``--max-model-len length`` (shorter than ``max_len``), priced by planned_fixes.shorter_context_cost."""
     cost, price = shorter_context_cost(coverage, max_len, length)
-    return replace(Fix(f"--max-model-len {length}", effect, cost,
-                       (("max_model_len", length), ("max_concurrency", round(kv_tokens / length, 2))), basis), price=price)
+    return Fix(f"--max-model-len {length}", effect, cost,
+               (("max_model_len", length), ("max_concurrency", round(kv_tokens / length, 2))), basis, price)
 
 
 def _fits(max_len: int, tokens: float, what: str) -> str:
