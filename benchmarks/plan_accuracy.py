@@ -170,8 +170,14 @@ def run() -> list[dict]:
             measured = round(tokens // r.kv.block_size * r.kv.bytes_per_block / GIB, 2)
         elif prefix in MEASURED_FROM_INDEX:
             measured = MEASURED_FROM_INDEX[prefix]
-        else:
+        elif log.available_kv_gib:
             measured = min(log.available_kv_gib)
+        elif log.num_gpu_blocks or log.kv_cache_tokens:
+            # Older logs print only the block (or token) count: the memory follows to within one block.
+            blocks = log.num_gpu_blocks or log.kv_cache_tokens // r.kv.block_size
+            measured = round(blocks * r.kv.bytes_per_block / GIB, 2)
+        else:
+            raise SystemExit(f"{path.name}: the log prints no KV memory, block count or token count to score against")
         err = est - measured
         # Error relative to the measured KV memory; when vLLM measured (almost) nothing, relative
         # to the GPU's memory so a -2 GiB log does not divide by zero.
