@@ -155,8 +155,8 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     """Peak bytes per logit element of the profile run's dummy sampler (see the constants).
     ``VLLM_USE_FLASHINFER_SAMPLER`` (vllm/envs.py, TopKTopPSampler.__init__) decides on CUDA:
     0.8-0.11 default None, read as "on when FlashInfer is importable" (the release images ship
-    it); 0.15.1 made it opt-in ("disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt
-    in"), so the native sort runs; 0.21 and 0.33 default it to True (the wheel requires
+    it); 0.11.1 made it opt-in ("disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt
+    in"; the same in 0.11.2 and 0.15.1), so the native path runs; 0.21 and 0.33 default it to True (the wheel requires
     flashinfer-python). Versions between those read are attributed to the later one. The CPU
     backend samples natively; V0 has its own sampler.
 

@@ -305,8 +305,9 @@ class VllmSemantics:
     @property
     def flashinfer_sampler_default(self) -> bool:
         """Whether the dummy sampler runs FlashInfer by default on CUDA (VLLM_USE_FLASHINFER_SAMPLER,
-        budget.sampler_bytes_per_logit): opt-in from 0.15.1 until 0.21, on otherwise."""
-        return not (0, 15) <= self.version < (0, 21)
+        budget.sampler_bytes_per_logit): opt-in from 0.11.1 (read in 0.11.1, 0.11.2 and 0.15.1)
+        until 0.21, on otherwise."""
+        return not (0, 11, 1) <= self.version < (0, 21)
 
     @property
     def native_sampler_sorts_logits(self) -> bool:
