@@ -229,10 +229,10 @@ def main() -> None:
             print(f"excluded    {r['log']}: {r['excluded_because']}")
     print("\nper family (validation logs):")
     for fam in sorted({r["family"] for r in val}):
-        print(f"  {fam:14s} " + _summary([r for r in val if r["family"] == fam]))
+        print(f"  {fam:18s} " + _summary([r for r in val if r["family"] == fam]))
     print("per version (validation logs):")
     for ver in sorted({r["vllm"] for r in val}, key=lambda v: tuple(int(x) for x in v.split("."))):
-        print(f"  {ver:14s} " + _summary([r for r in val if r["vllm"] == ver]))
+        print(f"  {ver:18s} " + _summary([r for r in val if r["vllm"] == ver]))
     print("\nwhat if FlashInfer was not installed (--no-flashinfer-sampler; not scored, the environment is inferred):")
     for r in _no_flashinfer_what_if():
         print(f"  {r['log'][:52]:52s} vLLM KV {r['measured_gib']:6.2f}  kvplan {r['kvplan_gib']:6.2f}  "
