@@ -53,7 +53,7 @@ def test_native_sampler_peaks_in_torch_sort_on_0_10_and_0_11():
         assert sampler_bytes_per_logit(sem, "cuda", True, 1024, vocab) == 14
         assert sampler_bytes_per_logit(sem, "cpu", False, 1024, vocab) == 28  # not CUDA's sort
     # 0.11.1 and 0.11.2 make FlashInfer opt-in (VLLM_USE_FLASHINFER_SAMPLER unset: the native sort runs)
-    for version in ("0.11.1", "0.11.2"):
+    for version in ("0.11.1", "0.11.2", "0.12", "0.15.1", "0.16"):
         assert sampler_bytes_per_logit(semantics(version), "cuda", None, 1024, vocab) == 38
         assert sampler_bytes_per_logit(semantics(version), "cuda", True, 1024, vocab) == 14
     # versions whose native path was not re-read keep what they had

@@ -67,7 +67,7 @@ GRAPH_PER_LAYER_BYTES = 64 * 1024
 SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 14
 SAMPLER_NATIVE_BYTES_PER_LOGIT = 28
 
-# The native path's sort on CUDA (vLLM 0.10.0 / 0.10.1 / 0.11.0 ``apply_top_k_top_p``:
+# The native path's sort on CUDA (vLLM 0.10.0 to 0.16.0 ``apply_top_k_top_p``:
 # ``logits.sort(dim=-1)`` on the float32 logits) peaks inside ``torch.sort`` before anything above
 # is allocated: PyTorch's ``launch_stable_sort_kernel`` (aten/src/ATen/native/cuda/SortStable.cu)
 # writes the sorted values (4 B) and int64 indices (8 B) and, for the dummy run's shape, holds
@@ -140,7 +140,7 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
 
 
 def native_sort_bytes_per_logit(rows: int, vocab: int) -> int:
-    """Peak bytes per logit of the PyTorch-native top-k/top-p on CUDA in vLLM 0.10-0.11: the
+    """Peak bytes per logit of the PyTorch-native top-k/top-p on CUDA in vLLM 0.10-0.16: the
     ``torch.sort`` of ``rows`` × ``vocab`` float32 logits (see the constants; the path follows
     ``launch_stable_sort_kernel``'s choice by rows and row length)."""
     if rows == 1:

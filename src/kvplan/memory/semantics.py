@@ -311,9 +311,11 @@ class VllmSemantics:
 
     @property
     def native_sampler_sorts_logits(self) -> bool:
-        """0.10-0.11: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
-        logits (budget.native_sort_bytes_per_logit); other versions' native path does not."""
-        return (0, 10) <= self.version < (0, 12)
+        """0.10-0.16: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
+        logits (budget.native_sort_bytes_per_logit; ``apply_top_k_top_p`` read in 0.10.0, 0.10.1,
+        0.11.0-0.11.2, 0.12.0, 0.15.1 and 0.16.0); 0.18 sorts only below 8 rows (Triton above,
+        0.17 not read), and other versions' native path does not sort."""
+        return (0, 10) <= self.version < (0, 17)
 
     # -- scheduler and block-size defaults (memory/defaults.py) ---------------------------------
     @property
