@@ -74,9 +74,6 @@ def _llama70b_w8a8() -> dict:
     return cfg
 
 
-# Logs that print no "Available KV cache memory" but a token count from which the block count, and
-# so the memory to within one block, follows exactly (dense model: tokens = blocks x block size).
-MEASURED_FROM_TOKENS = {"11"}
 # Logs no configuration-based estimate can predict, shown but left out of the scores, with why.
 # (Log 13, Llama-3.1-8B on an L40S, is not listed at all: its utilisation is not stated.)
 UNPREDICTABLE = {
@@ -156,6 +153,22 @@ def _verdict_right(r, log, text: str) -> bool:
     return bool(r.startup.ok) == started
 
 
+def _measured_gib(prefix: str, name: str, log, r) -> float:
+    """The KV memory vLLM measured: its printed figure, else (older logs, or early V1 that printed
+    only a token count or a concurrency) the block count's memory, exact to within one block for
+    a dense model (tokens = blocks x block size)."""
+    if prefix in MEASURED_FROM_INDEX:
+        return MEASURED_FROM_INDEX[prefix]
+    if log.available_kv_gib:
+        return min(log.available_kv_gib)
+    tokens = log.kv_cache_tokens or (round(log.max_concurrency * log.concurrency_len)
+                                     if log.max_concurrency and log.concurrency_len else None)
+    blocks = log.num_gpu_blocks or (tokens // r.kv.block_size if tokens else None)
+    if not blocks:
+        raise SystemExit(f"{name}: the log prints no KV memory, block, token or concurrency count to score against")
+    return round(blocks * r.kv.bytes_per_block / GIB, 2)
+
+
 def run() -> list[dict]:
     rows = []
     for prefix, model, gpu, version, engine, flags, family in CASES:
@@ -165,19 +178,7 @@ def run() -> list[dict]:
         g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
         r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, **flags), what_ifs=False)
         est = r.memory.available_kv_cache_gib
-        if prefix in MEASURED_FROM_TOKENS:
-            tokens = log.kv_cache_tokens or round(log.max_concurrency * log.concurrency_len)
-            measured = round(tokens // r.kv.block_size * r.kv.bytes_per_block / GIB, 2)
-        elif prefix in MEASURED_FROM_INDEX:
-            measured = MEASURED_FROM_INDEX[prefix]
-        elif log.available_kv_gib:
-            measured = min(log.available_kv_gib)
-        elif log.num_gpu_blocks or log.kv_cache_tokens:
-            # Older logs print only the block (or token) count: the memory follows to within one block.
-            blocks = log.num_gpu_blocks or log.kv_cache_tokens // r.kv.block_size
-            measured = round(blocks * r.kv.bytes_per_block / GIB, 2)
-        else:
-            raise SystemExit(f"{path.name}: the log prints no KV memory, block count or token count to score against")
+        measured = _measured_gib(prefix, path.name, log, r)
         err = est - measured
         # Error relative to the measured KV memory; when vLLM measured (almost) nothing, relative
         # to the GPU's memory so a -2 GiB log does not divide by zero.

@@ -35,8 +35,8 @@ def test_sampler_bytes_per_logit_follow_the_sampler_code():
     assert sampler_bytes_per_logit(semantics("0.21"), "cpu") == 28
 
 
-def test_native_sampler_peaks_in_torch_sort_on_0_10_and_0_11():
-    """apply_top_k_top_p (0.10.0/0.10.1/0.11.0) sorts the float32 logits; PyTorch's
+def test_native_sampler_peaks_in_torch_sort_on_0_10_to_0_16():
+    """apply_top_k_top_p (0.10.0 to 0.16.0) sorts the float32 logits; PyTorch's
     launch_stable_sort_kernel holds its index buffers and CUB's alternate key/value buffers while
     the sorted values and int64 indices are written (memory/budget.py, docs §12)."""
     assert SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT == 2 + 4 + (4 + 8) + 8 + (4 + 8)
@@ -52,7 +52,7 @@ def test_native_sampler_peaks_in_torch_sort_on_0_10_and_0_11():
         assert sampler_bytes_per_logit(sem, "cuda", None, 1024, vocab) == 14  # default: FlashInfer installed
         assert sampler_bytes_per_logit(sem, "cuda", True, 1024, vocab) == 14
         assert sampler_bytes_per_logit(sem, "cpu", False, 1024, vocab) == 28  # not CUDA's sort
-    # 0.11.1 and 0.11.2 make FlashInfer opt-in (VLLM_USE_FLASHINFER_SAMPLER unset: the native sort runs)
+    # from 0.11.1 FlashInfer is opt-in (VLLM_USE_FLASHINFER_SAMPLER unset: the native sort runs, to 0.16)
     for version in ("0.11.1", "0.11.2", "0.12", "0.15.1", "0.16"):
         assert sampler_bytes_per_logit(semantics(version), "cuda", None, 1024, vocab) == 38
         assert sampler_bytes_per_logit(semantics(version), "cuda", True, 1024, vocab) == 14

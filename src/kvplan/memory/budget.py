@@ -154,19 +154,20 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
                             rows: int = 128, vocab: int = 0) -> int:
     """Peak bytes per logit element of the profile run's dummy sampler (see the constants).
     ``VLLM_USE_FLASHINFER_SAMPLER`` (vllm/envs.py, TopKTopPSampler.__init__) decides on CUDA:
-    0.8-0.11 default None, read as "on when FlashInfer is importable" (the release images ship
+    0.8-0.11.0 default None, read as "on when FlashInfer is importable" (the release images ship
     it); 0.11.1 made it opt-in ("disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt
-    in"; the same in 0.11.2 and 0.15.1), so the native path runs; 0.21 and 0.33 default it to True (the wheel requires
-    flashinfer-python). Versions between those read are attributed to the later one. The CPU
+    in"; the same in 0.11.2 and 0.15.1), so the native path runs; 0.21 and 0.33 default it to
+    True (the wheel requires flashinfer-python). Versions between those read are attributed to the later one. The CPU
     backend samples natively; V0 has its own sampler.
 
     ``flashinfer`` says whether the sampler runs FlashInfer (``PlanRequest.flashinfer_sampler``);
     None is the version's default as above. The 0.10.0, 0.10.1 and 0.11.0 wheels list
     flashinfer-python only under the ``flashinfer`` extra, so a plain ``pip install vllm`` of those
     versions samples natively (TopKTopPSampler.__init__: "FlashInfer is not available. Falling back
-    to the PyTorch-native implementation"). Their native path peaks in ``torch.sort``
+    to the PyTorch-native implementation"). The native path of 0.10-0.16 peaks in ``torch.sort``
     (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); other versions' native path
-    keeps the 28 B read before (0.19 runs a Triton top-k/top-p kernel from 8 rows, not derived)."""
+    keeps the 28 B read before (0.18 and 0.19 run a Triton top-k/top-p kernel from 8 rows, not
+    derived)."""
     if sem.engine == "V0":
         return V0_SAMPLER_BYTES_PER_LOGIT
     if device != "cuda":

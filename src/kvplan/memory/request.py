@@ -35,7 +35,8 @@ class PlanRequest:
     gpus_per_node: int = 8
     disable_hybrid_kv_cache_manager: bool = False
     # whether the sampler runs FlashInfer's top-k/top-p: None = the version's default with FlashInfer
-    # installed (release images); False = PyTorch-native (e.g. a plain pip install of 0.10-0.11.0; from 0.11.1 to 0.20 the default)
+    # installed (release images); False = PyTorch-native (e.g. a plain pip install of 0.10-0.11.0;
+    # the default itself from 0.11.1 to 0.20)
     flashinfer_sampler: Optional[bool] = None
     entrypoint: str = "serve"
     engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
