@@ -176,6 +176,10 @@ def run() -> list[dict]:
         text = path.read_text()
         log = parse_startup_log(text)
         g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
+        if log.flashinfer_sampler is not None and "flashinfer_sampler" not in flags:
+            # the sampler the engine said it runs (TopKTopPSampler's start-up line): configuration
+            # the log states, as its serve flags are, not a measured figure
+            flags = {**flags, "flashinfer_sampler": log.flashinfer_sampler}
         r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, **flags), what_ifs=False)
         est = r.memory.available_kv_cache_gib
         measured = _measured_gib(prefix, path.name, log, r)

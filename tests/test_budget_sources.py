@@ -60,7 +60,29 @@ def test_native_sampler_peaks_in_torch_sort_on_0_10_to_0_16():
     assert sampler_bytes_per_logit(semantics("0.19"), "cuda", None, 1024, vocab) == 28
     assert sampler_bytes_per_logit(semantics("0.19"), "cuda", True, 1024, vocab) == 14
     assert sampler_bytes_per_logit(semantics("0.21"), "cuda", False, 1024, vocab) == 28
-    assert sampler_bytes_per_logit(semantics("0.9"), "cuda", False, 1024, vocab) == 28
+
+
+def test_native_sampler_sorts_from_0_8_and_v1_before_0_8_ran_no_sampler():
+    """0.8.0-0.9.2's _dummy_sampler_run sets top_p and top_k, and apply_top_k_top_p sorts the
+    logits as in 0.10 (read in 0.8.0, 0.8.1, 0.8.2, 0.8.5, 0.9.0.1, 0.9.2). V1 before 0.8 only
+    computed logits in the model dtype: for every token in 0.7.0-0.7.2, one row per request in 0.7.3."""
+    from kvplan.memory.budget import profile_logit_rows
+
+    vocab = 151936
+    for version in ("0.8", "0.8.2", "0.8.5", "0.9", "0.9.2"):
+        sem = semantics(version)
+        assert sem.v1_profile_logits == "sampler"
+        assert sampler_bytes_per_logit(sem, "cuda", False, 256, vocab) == 38
+        assert sampler_bytes_per_logit(sem, "cuda", None, 256, vocab) == 14  # release images: FlashInfer
+        assert profile_logit_rows(sem, "cuda", False, 256, 2048, vocab, 2) == (256, 38)
+    assert semantics("0.7.3", engine="V1").v1_profile_logits == "per_request"
+    assert profile_logit_rows(semantics("0.7.3", engine="V1"), "cuda", None, 256, 2048, vocab, 2) == (256, 2)
+    for version in ("0.7.1", "0.7.2"):
+        sem = semantics(version, engine="V1")
+        assert sem.v1_profile_logits == "all_tokens"
+        assert profile_logit_rows(sem, "cuda", None, 256, 2048, vocab, 2) == (2048, 2)
+    # V0 keeps its own sampler whatever the version
+    assert profile_logit_rows(semantics("0.7.3"), "cuda", None, 256, 2048, vocab, 2) == (256, 36)
 
 
 def test_no_flashinfer_sampler_adds_the_sort_peak_and_nothing_else():
@@ -189,3 +211,50 @@ def test_no_flashinfer_sampler_flag_of_kvplan_plan():
     native = _kvplan_json(*args, "--no-flashinfer-sampler")
     assert native["memory"]["available_kv_cache_gib"] < default["memory"]["available_kv_cache_gib"] - 4
     assert _kvplan_json(*args, "--flashinfer-sampler")["memory"] == default["memory"]
+
+
+def _qwen25_vl_7b():
+    """Qwen2.5-VL-7B as the fixture index stores it (log 142's config_fields)."""
+    import json
+    from pathlib import Path
+
+    entries = json.loads((Path(__file__).parent / "fixtures" / "vllm_logs" / "index.json").read_text())
+    fields = next(e for e in entries if e["file"].startswith("142-"))["config_fields"]
+    return spec_from_config({k: v for k, v in fields.items() if k not in ("source", "unsure")}, "test", name="qwen25-vl")
+
+
+def test_vision_encoder_profile_run_is_one_max_size_image():
+    """V1 0.9.0.1 profile_run: 1 image of 16,384 merged tokens (65,536 patches) against a
+    16,384-token encoder budget, as log 142 prints; the peak is the patches (bf16, as_kwargs casts
+    them) plus one block's MLP: 2 x 1280 + 3 x 3420 / tp values per patch."""
+    from kvplan.memory.encoder_profile import encoder_profile
+
+    spec = _qwen25_vl_7b()
+    one = encoder_profile(spec, 1, 2, 2048, "V1")
+    assert (one.items, one.tokens_per_item, one.patches_per_item) == (1, 16384, 65536)
+    pixels = 65536 * 3 * 2 * 14 * 14 * 2
+    assert one.peak_bytes == pixels + 65536 * (2 * 1280 + 3 * 3420) * 2
+    assert one.outputs_bytes == 16384 * 3584 * 2
+    two = encoder_profile(spec, 2, 2, 8192, "V1")
+    assert two.peak_bytes == pixels + int(65536 * (2 * 1280 + 3 * 3420 / 2) * 2)
+    assert encoder_profile(spec, 1, 2, 32768, "V1").items == 2  # cdiv(budget, tokens per item)
+    assert encoder_profile(spec, 1, 2, 2048, "V0") is None
+    assert encoder_profile(load_model("meta-llama/Llama-3.1-8B-Instruct"), 1, 2, 2048, "V1") is None
+
+
+def test_the_encoder_peak_is_charged_when_it_is_the_larger_one():
+    """Log 142 (Qwen2.5-VL-7B, one L4, 0.9.0.1): the encoder's 1.71 GiB binds, not the language
+    model's 0.52 GiB dummy forward and sampler; with 16,384-token prompts the LM side would bind."""
+    spec = _qwen25_vl_7b()
+    gpu = find_gpu("L4")
+    r = plan(PlanRequest(spec, gpu, vllm_version="0.9.0", max_model_len=2048, max_num_batched_tokens=2048),
+             what_ifs=False)
+    assert abs(r.memory.activation_peak_gib - 1.71) < 0.01
+    # V0 profiles images inside the LM's dummy sequence (not modelled): no encoder term there
+    from dataclasses import replace
+
+    text_only = replace(spec, raw={k: v for k, v in spec.raw.items() if k != "vision_config"})
+    v0 = [plan(PlanRequest(s, gpu, vllm_version="0.9.0", engine="V0", max_model_len=2048,
+                           max_num_batched_tokens=2048), what_ifs=False).memory.activation_peak_gib
+          for s in (spec, text_only)]
+    assert v0[0] == v0[1]

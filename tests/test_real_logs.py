@@ -144,3 +144,49 @@ def test_gpt_oss_011_error_numbers_reproduced():
         "To serve at least one request with the models's max seq len (131072), (4.54 GiB KV cache is needed, "
         "which is larger than the available KV cache memory (1.71 GiB).")
     assert log.needed_kv_gib == 4.54
+
+
+@pytest.mark.parametrize("prefix, flashinfer", [("140", False), ("142", True), ("144", False), ("141", None)])
+def test_parser_reads_which_sampler_the_engine_runs(prefix, flashinfer):
+    """TopKTopPSampler's start-up line (0.9.2 "FlashInfer is not available", 0.9.0.1 "Using
+    FlashInfer", 0.8.5 "disabled because FlashInfer>=v0.2.3"); 0.19.1 log 141 prints none."""
+    path = next(LOGS.glob(prefix + "-*.log"))
+    assert parse_startup_log(path.read_text()).flashinfer_sampler is flashinfer
+
+
+def test_from_log_plans_with_the_sampler_the_log_names(tmp_path):
+    """plan --from-log takes the log's sampler unless --[no-]flashinfer-sampler is given: the
+    native sort of 0.9.2 (38 B per logit) against FlashInfer's 14 B, over 256 rows of 151,936
+    logits, is 0.87 GiB of profile peak."""
+    from kvplan.cli.plan_flags import plan_request_from_flags
+    from kvplan.memory.startup_log import read_startup_log
+
+    log = read_startup_log(next(LOGS.glob("140-*.log")))
+    common = dict(model="Qwen/Qwen3-8B", gpu="A100-40GB", vllm_version="0.9.2", kv_cache_memory="1GiB")
+    native = plan_request_from_flags(**common, log=log)
+    forced = plan_request_from_flags(**common, flashinfer_sampler=True, log=log)
+    assert native.flashinfer_sampler is False and forced.flashinfer_sampler is True
+    a = plan(replace_kv(native), what_ifs=False).memory.activation_peak_gib
+    b = plan(replace_kv(forced), what_ifs=False).memory.activation_peak_gib
+    assert abs((a - b) * GIB - 256 * 151936 * (38 - 14)) < 2**20
+
+
+def replace_kv(req):
+    """The request as an estimate (no measured KV memory), so the profile peak is computed."""
+    from dataclasses import replace
+
+    return replace(req, kv_cache_memory_bytes=None, kv_memory_source="kv_cache_memory")
+
+
+@pytest.mark.parametrize("line, flashinfer", [
+    # TopKTopPSampler.__init__'s own strings (0.8.2 L44-60, 0.19.0 L52-59)
+    ("INFO 05-01 10:00:00 [topk_topp_sampler.py:44] Using FlashInfer for top-p & top-k sampling.", True),
+    ("WARNING 05-01 10:00:00 [topk_topp_sampler.py:58] FlashInfer is available, but it is not enabled. Falling back "
+     "to the PyTorch-native implementation of top-p & top-k sampling.", False),
+    ("(EngineCore_DP0 pid=1) INFO 05-01 10:00:00 [topk_topp_sampler.py:58] FlashInfer top-p/top-k sampling is "
+     "available but disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt in", False),
+    ("INFO 05-01 10:00:00 [topk_topp_sampler.py:129] FlashInfer 0.2.3+ does not support per-request generators. "
+     "Falling back to PyTorch-native implementation.", None),  # a per-call fallback, not the engine's choice
+])
+def test_parser_reads_every_version_s_sampler_line(line, flashinfer):
+    assert parse_startup_log(line).flashinfer_sampler is flashinfer

@@ -118,8 +118,9 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     notes: list[str] = list(req.notes)
     if req.flashinfer_sampler is not None and device == "cuda" and sem.engine == "V1":
         notes.append("The profile run's dummy sampler is planned with " + (
-            "FlashInfer's top-k/top-p (--flashinfer-sampler)." if req.flashinfer_sampler else
-            "PyTorch's native top-k/top-p (--no-flashinfer-sampler): it sorts every row of logits."))
+            "FlashInfer's top-k/top-p (--flashinfer-sampler, or the start-up log's sampler line)." if req.flashinfer_sampler
+            else "PyTorch's native top-k/top-p (--no-flashinfer-sampler, or the start-up log's sampler line): it sorts "
+                 "every row of logits."))
 
     model_dtype = resolve_model_dtype(spec, req.dtype, gpu, device, sem)
     dtype_bytes = MODEL_DTYPES[model_dtype]

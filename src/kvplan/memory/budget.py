@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
+from .encoder_profile import encoder_profile
 from .semantics import VllmSemantics
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ GRAPH_PER_LAYER_BYTES = 64 * 1024
 SAMPLER_FLASHINFER_BYTES_PER_LOGIT = 14
 SAMPLER_NATIVE_BYTES_PER_LOGIT = 28
 
-# The native path's sort on CUDA (vLLM 0.10.0 to 0.16.0 ``apply_top_k_top_p``:
+# The native path's sort on CUDA (vLLM 0.8.0 to 0.16.0 ``apply_top_k_top_p``:
 # ``logits.sort(dim=-1)`` on the float32 logits) peaks inside ``torch.sort`` before anything above
 # is allocated: PyTorch's ``launch_stable_sort_kernel`` (aten/src/ATen/native/cuda/SortStable.cu)
 # writes the sorted values (4 B) and int64 indices (8 B) and, for the dummy run's shape, holds
@@ -164,8 +165,9 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     None is the version's default as above. The 0.10.0, 0.10.1 and 0.11.0 wheels list
     flashinfer-python only under the ``flashinfer`` extra, so a plain ``pip install vllm`` of those
     versions samples natively (TopKTopPSampler.__init__: "FlashInfer is not available. Falling back
-    to the PyTorch-native implementation"). The native path of 0.10-0.16 peaks in ``torch.sort``
-    (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); other versions' native path
+    to the PyTorch-native implementation"); neither do 0.8.x and 0.9.x, and 0.8.0-0.8.5 also fall
+    back with a FlashInfer of 0.2.3 or newer installed. The native path of 0.8-0.16 peaks in
+    ``torch.sort`` (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); other versions' native path
     keeps the 28 B read before (0.18 and 0.19 run a Triton top-k/top-p kernel from 8 rows, not
     derived)."""
     if sem.engine == "V0":
@@ -181,16 +183,32 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     return SAMPLER_NATIVE_BYTES_PER_LOGIT
 
 
+def profile_logit_rows(sem: VllmSemantics, device: str, flashinfer: bool | None, max_num_seqs: int,
+                       max_num_batched_tokens: int, vocab: int, dtype_bytes: int) -> tuple[int, int]:
+    """(rows of logits, bytes per logit element) at the profile run's logits/sampler peak.
+    V1 from 0.8 samples ``min(max_num_seqs, max_num_tokens)`` rows (:func:`sampler_bytes_per_logit`);
+    V1 before 0.8 ran no sampler, only ``compute_logits`` in the model dtype: over one row per
+    dummy request in 0.7.3, over every token in 0.7.0-0.7.2 (VllmSemantics.v1_profile_logits)."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    mode = sem.v1_profile_logits if sem.engine == "V1" else "sampler"
+    if mode == "sampler":
+        return rows, sampler_bytes_per_logit(sem, device, flashinfer, rows, vocab)
+    return (max_num_batched_tokens if mode == "all_tokens" else rows), dtype_bytes
+
+
 def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
                           max_num_seqs: int, last_stage: bool = True,
-                          sampler_bytes: int = SAMPLER_FLASHINFER_BYTES_PER_LOGIT) -> int:
+                          sampler_bytes: int = SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
+                          rows: Optional[int] = None) -> int:
     """profile_run: ``_dummy_run(max_num_tokens)`` then, on the last PP rank,
-    ``_dummy_sampler_run`` over ``min(max_num_seqs, max_num_tokens)`` rows; the forward's
+    ``_dummy_sampler_run`` over ``min(max_num_seqs, max_num_tokens)`` rows (``rows`` when the
+    version computes another number of logit rows, :func:`profile_logit_rows`); the forward's
     hidden states stay referenced while the sampler runs."""
     forward = max_num_batched_tokens * _layer_activation_per_token(spec, tp, dtype_bytes)
     sampler = 0
     if last_stage:
-        rows = min(max_num_seqs, max_num_batched_tokens)
+        if rows is None:
+            rows = min(max_num_seqs, max_num_batched_tokens)
         sampler = rows * spec.vocab_size * sampler_bytes
         sampler += max_num_batched_tokens * spec.hidden_size * dtype_bytes
     return int(max(forward, sampler))
@@ -251,10 +269,14 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     non_torch = NON_TORCH_BASE_BYTES + comm
-    rows = min(config.max_num_seqs, max_num_batched_tokens)
-    sampler_bytes = sampler_bytes_per_logit(sem, device, config.request.flashinfer_sampler, rows, spec.vocab_size)
+    rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
+                                             max_num_batched_tokens, spec.vocab_size, dtype_bytes)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
-                                       config.max_num_seqs, last_stage, sampler_bytes)
+                                       config.max_num_seqs, last_stage, sampler_bytes, rows)
+    encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine) \
+        if device == "cuda" and stage.stage == 0 else None
+    if encoder is not None:  # the encoder runs first; its outputs stay cached through the dummy forward
+        activation = max(encoder.peak_bytes, encoder.outputs_bytes + activation)
     graphs = 0
     if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,

@@ -306,16 +306,36 @@ class VllmSemantics:
     def flashinfer_sampler_default(self) -> bool:
         """Whether the dummy sampler runs FlashInfer by default on CUDA (VLLM_USE_FLASHINFER_SAMPLER,
         budget.sampler_bytes_per_logit): opt-in from 0.11.1 (read in 0.11.1, 0.11.2 and 0.15.1)
-        until 0.21, on otherwise."""
+        until 0.21, on otherwise, where FlashInfer is installed. 0.8.0-0.8.5 also turn it off when
+        the installed FlashInfer is 0.2.3 or newer ("FlashInfer>=v0.2.3 is not backward
+        compatible"); their release images shipped 0.2.1.post2, so the default stays on. A start-up
+        log says which ran (StartupLog.flashinfer_sampler)."""
         return not (0, 11, 1) <= self.version < (0, 21)
 
     @property
     def native_sampler_sorts_logits(self) -> bool:
-        """0.10-0.16: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
-        logits (budget.native_sort_bytes_per_logit; ``apply_top_k_top_p`` read in 0.10.0, 0.10.1,
-        0.11.0-0.11.2, 0.12.0, 0.15.1 and 0.16.0); 0.18 sorts only below 8 rows (Triton above,
-        0.17 not read), and other versions' native path does not sort."""
-        return (0, 10) <= self.version < (0, 17)
+        """0.8-0.16: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
+        logits (budget.native_sort_bytes_per_logit). ``apply_top_k_top_p`` calls
+        ``logits.sort(dim=-1, descending=False)`` whenever top-p is set, and ``_dummy_sampler_run``
+        sets top_p=0.9 and top_k=vocab-1 in every version read: 0.8.0, 0.8.1, 0.8.2, 0.8.5,
+        0.9.0.1, 0.9.2, 0.10.0, 0.10.1, 0.11.0-0.11.2, 0.12.0, 0.15.1 and 0.16.0. 0.18 sorts only
+        below 8 rows (Triton above; 0.17 not read). Before 0.8 V1's profile ran no sampler
+        (:attr:`v1_profile_logits`)."""
+        return (0, 8) <= self.version < (0, 17)
+
+    @property
+    def v1_profile_logits(self) -> str:
+        """What V1's ``profile_run`` does with the logits after the dummy forward (last PP rank):
+
+        * ``"sampler"`` (0.8+): ``_dummy_sampler_run``, the sampler over
+          ``min(max_num_seqs, max_num_tokens)`` rows (budget.sampler_bytes_per_logit);
+        * ``"per_request"`` (0.7.3): ``compute_logits(hidden_states[logit_indices])``, one row per
+          dummy request, and no sampler ("TODO(woosuk): Consider the memory usage of the sampler");
+        * ``"all_tokens"`` (0.7.0-0.7.2): ``compute_logits(hidden_states)`` over every scheduled
+          token, no sampler (read in 0.7.1 and 0.7.2 ``gpu_model_runner.profile_run``)."""
+        if self.version >= (0, 8):
+            return "sampler"
+        return "per_request" if self.version >= (0, 7, 3) else "all_tokens"
 
     # -- scheduler and block-size defaults (memory/defaults.py) ---------------------------------
     @property

@@ -50,6 +50,9 @@ class StartupLog:
     error_available_kv_gib: Optional[float] = None
     estimated_max_model_len: Optional[int] = None
     errors: list[str] = field(default_factory=list)
+    # which top-k/top-p sampler the V1 engine said it runs (topk_topp_sampler.py): True FlashInfer,
+    # False PyTorch-native, None not printed; the profile run's sampler peak depends on it
+    flashinfer_sampler: Optional[bool] = None
     lines_read: int = 0
 
     @property
@@ -97,6 +100,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("version", re.compile(r"vLLM API server version\s*v?([0-9][0-9a-z.+\-]*)")),
     ("engine_cfg", re.compile(r"Initializing an? (?:(V1) )?LLM engine \(v?([0-9][^)]*)\) with config:\s*(.*)")),
     ("nondefault", re.compile(r"non-default args:\s*(\{.*\})")),
+    # TopKTopPSampler.__init__ (vllm/v1/sample/ops/topk_topp_sampler.py, 0.7-0.21): the first says
+    # FlashInfer samples; the others are each version's ways of falling back to the native path
+    ("sampler_flashinfer", re.compile(r"Using FlashInfer for top-p & top-k sampling")),
+    ("sampler_native", re.compile(r"FlashInfer is not available\. Falling back to the PyTorch-native|"
+                                  r"FlashInfer top-p & top-k sampling sampler is disabled|"
+                                  r"FlashInfer is available, but it is not enabled|"
+                                  r"FlashInfer top-p/top-k sampling is available but disabled")),
     ("error", re.compile(r"((?:ValueError|RuntimeError|AssertionError|torch\.OutOfMemoryError|"
                          r"torch\.cuda\.OutOfMemoryError|NotImplementedError): .*)")),
 ]
@@ -232,6 +242,10 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 if isinstance(args, dict):
                     log.args.update(args)
                     log.model = args.get("model", log.model)
+            elif name == "sampler_flashinfer":
+                log.flashinfer_sampler = True
+            elif name == "sampler_native":
+                log.flashinfer_sampler = False
             elif name == "error":
                 log.errors.append(g[0].strip())
     if not log.available_kv_gib and log.error_available_kv_gib is not None:

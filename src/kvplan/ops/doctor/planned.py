@@ -141,7 +141,8 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
         max_model_len=mml, max_num_seqs=_int(args.get("max_num_seqs")),
         max_num_batched_tokens=_int(args.get("max_num_batched_tokens")), block_size=_int(args.get("block_size")),
         enforce_eager=bool(args.get("enforce_eager", False)), vllm_version=version, engine=engine,
-        kv_cache_memory_bytes=None if estimated else max(kv_bytes, 0), kv_memory_source="log")
+        kv_cache_memory_bytes=None if estimated else max(kv_bytes, 0), kv_memory_source="log",
+        flashinfer_sampler=log.flashinfer_sampler)  # the sampler the engine said it runs, for the estimate
     if estimated:
         try:
             base = plan(req, what_ifs=False, fit_search=True)
