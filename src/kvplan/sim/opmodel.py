@@ -32,36 +32,38 @@ MODEL_FORM = "per-operator sum over layers (measured kernel tables) + fitted ove
 
 @dataclass(frozen=True)
 class Overheads:
-    """The constants the kernel tables do not measure. Each was fitted by
-    ``benchmarks/gpu_fidelity.py --fit`` to the development set (/work/shared/perf/dev_cases.json,
-    the fit half of its sources) and to nothing else; docs/sim.md lists the fit and its error."""
+    """The constants the kernel tables do not measure. Each was fitted by ``benchmarks/gpu_fit.py``
+    (coordinate search, 2 rounds, step 1.3) to the fit half of the development set
+    (/work/shared/perf/dev_cases.json, gpu_fidelity.FIT_SERIES: 44 cases) and to nothing else;
+    docs/sim.md lists the fit and its error. Last refit in session 7, after the clock had changed
+    under the earlier fit: seq_s, cpu_step_s, cpu_seq_s, request_s, api_request_s and
+    net_bandwidth_gbs moved; the others kept their values."""
 
     #: GPU time per step outside the layers: sampler, logits processing, graph launch, H2D copies.
     step_s: float = 0.0006
     #: GPU time per sequence per step (sampler rows, logits gather, per-request metadata).
-    seq_s: float = 2.0e-6
+    seq_s: float = 2.6e-6
     #: Per layer per step with CUDA graphs: the gaps between kernels the tables time one at a time.
     layer_s: float = 1.5e-5
     #: Extra per layer without CUDA graphs (--enforce-eager): ~10 kernel launches from Python.
     eager_layer_s: float = 1.0e-4
     #: Engine-core CPU time per step (schedule, prepare inputs, update from output) ...
-    cpu_step_s: float = 0.00075
+    cpu_step_s: float = 0.000577
     #: ... and per scheduled sequence.
-    cpu_seq_s: float = 2.0e-5
+    cpu_seq_s: float = 2.6e-5
     #: API server latency per request seen by the client on an idle server (HTTP, detokenisation,
-    #: streaming): added to TTFT and E2E. Fitted to the fit half's single-request runs (dennislee
-    #: t2-01, t4-01, t6-01, t8-01: 7B TP1/TP2, 32B TP2, 72B TP2 on A100): the prior 5 ms left them
-    #: 8.4 / 9.7 / 10.2 / 9.2 ms fast, the same for every model size; 5 + 9.5 (their median) ms.
-    request_s: float = 0.0145
+    #: streaming): added to TTFT and E2E. First set from the fit half's single-request runs
+    #: (dennislee t2-01, t4-01, t6-01, t8-01: 14.5 ms), refitted with the rest to 11.15 ms.
+    request_s: float = 0.01115
     #: The API server is one process: each request holds it for this long (HTTP parsing, request
     #: validation, input processing) before it reaches the engine, one after the other ...
-    api_request_s: float = 0.008
+    api_request_s: float = 0.0104
     #: ... plus tokenisation per prompt token.
     api_prompt_token_s: float = 1.0e-6
     #: Tensor parallelism across nodes or containers (TP > --gpus-per-node): NCCL over the host
     #: network instead of vLLM's custom all-reduce: latency per all-reduce and bus bandwidth.
     net_allreduce_latency_s: float = 5.0e-5
-    net_bandwidth_gbs: float = 5.0
+    net_bandwidth_gbs: float = 5.7
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -6,88 +6,88 @@ every simulate/tune result quotes the row of its GPU ("how far to trust this clo
 VALIDATION: dict = {
     "A100-SXM4-80GB": {
         "cases": 59,
-        "output_throughput": 0.0487,
-        "ttft": 0.2039,
-        "tpot": 0.0375,
+        "output_throughput": 0.038,
+        "ttft": 0.1438,
+        "tpot": 0.0321,
         "held_out": {
             "cases": 18,
-            "output_throughput": 0.0786,
-            "ttft": 0.2295,
-            "tpot": 0.0596
+            "output_throughput": 0.0543,
+            "ttft": 0.1362,
+            "tpot": 0.0395
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-02"
     },
     "H100-SXM5-80GB": {
         "cases": 7,
-        "output_throughput": 0.2048,
-        "ttft": 0.1232,
-        "tpot": 0.2488,
+        "output_throughput": 0.2051,
+        "ttft": 0.0522,
+        "tpot": 0.3644,
         "held_out": {
             "cases": 4,
-            "output_throughput": 0.2186,
+            "output_throughput": 0.2189,
             "ttft": 0.0456,
-            "tpot": 0.4596
+            "tpot": 0.4602
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.0328,
+                "tpot": 0.0318,
                 "cases": 24,
-                "ttft": 0.2424
+                "ttft": 0.2317
             },
             "BLIS GuideLLM sync": {
-                "tpot": 0.0424,
+                "tpot": 0.0426,
                 "cases": 7
             }
         }
     },
     "MI300X": {
         "cases": 3,
-        "output_throughput": 0.6206,
-        "ttft": 0.6562,
-        "tpot": 0.3222,
+        "output_throughput": 0.6155,
+        "ttft": 0.66,
+        "tpot": 0.3192,
         "held_out": {
             "cases": 3,
-            "output_throughput": 0.6206,
-            "ttft": 0.6562,
-            "tpot": 0.3222
+            "output_throughput": 0.6155,
+            "ttft": 0.66,
+            "tpot": 0.3192
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-02"
     },
     "H200-141GB": {
         "cases": 1,
-        "output_throughput": 0.2417,
-        "ttft": 0.2271,
-        "tpot": 0.1912,
+        "output_throughput": 0.2272,
+        "ttft": 0.223,
+        "tpot": 0.1816,
         "held_out": {
             "cases": 1,
-            "output_throughput": 0.2417,
-            "ttft": 0.2271,
-            "tpot": 0.1912
+            "output_throughput": 0.2272,
+            "ttft": 0.223,
+            "tpot": 0.1816
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-02",
         "validation": {
             "AIC silicon": {
-                "tpot": 0.2725,
+                "tpot": 0.2709,
                 "cases": 30,
-                "ttft": 0.1708
+                "ttft": 0.1679
             }
         }
     },
     "GB10": {
         "cases": 2,
         "output_throughput": None,
-        "ttft": 0.3494,
-        "tpot": 0.3063,
+        "ttft": 0.3501,
+        "tpot": 0.3049,
         "held_out": {
             "cases": 2,
             "output_throughput": None,
-            "ttft": 0.3494,
-            "tpot": 0.3063
+            "ttft": 0.3501,
+            "tpot": 0.3049
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
         "date": "2026-12-02"
