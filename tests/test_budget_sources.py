@@ -258,3 +258,12 @@ def test_the_encoder_peak_is_charged_when_it_is_the_larger_one():
                            max_num_batched_tokens=2048), what_ifs=False).memory.activation_peak_gib
           for s in (spec, text_only)]
     assert v0[0] == v0[1]
+
+
+def test_the_plan_says_what_the_encoder_charged_and_only_when_it_estimates():
+    spec, gpu = _qwen25_vl_7b(), find_gpu("L4")
+    flags = dict(vllm_version="0.9.0", max_model_len=2048, max_num_batched_tokens=2048)
+    est = plan(PlanRequest(spec, gpu, **flags), what_ifs=False)
+    assert any("vision encoder on 1 image(s) of 16,384 tokens" in n and "1.71 GiB" in n for n in est.notes)
+    given = plan(PlanRequest(spec, gpu, kv_cache_memory_bytes=2 * 2**30, **flags), what_ifs=False)
+    assert not any("vision encoder" in n for n in given.notes)

@@ -204,8 +204,9 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         num_gpu_blocks_override=pick("num_gpu_blocks_override", num_gpu_blocks_override),
         gpus_per_node=gpus_per_node,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-        flashinfer_sampler=flashinfer_sampler if flashinfer_sampler is not None or log is None
-        else log.flashinfer_sampler,
+        # a given --[no-]flashinfer-sampler, else the sampler the log's engine said it runs
+        flashinfer_sampler=log.flashinfer_sampler if flashinfer_sampler is None and log is not None
+        else flashinfer_sampler,
         kv_memory_source=source,
         notes=version_notes,
     )

@@ -14,7 +14,6 @@ from typing import Callable, Optional
 from . import admission
 from ._resolve import ResolvedConfig
 from .budget import BudgetTerms, estimate_budget
-from .encoder_profile import encoder_profile
 from .grouping import KVLayout
 from .kv_specs import SizingContext
 from .result import CapacityRow, to_gib
@@ -121,9 +120,7 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
             for i, (st, a, b) in enumerate(zip(stages, available, layout.bytes_per_block)))
         notes.append(f"Per pipeline stage, as each stage's worker measures it: {per_stage}. vLLM gives every "
                      f"stage the smallest block count (stage {blocks.stage}).")
-    encoder = encoder_profile(config.model, config.tensor_parallel_size, config.dtype_bytes, max_num_batched_tokens,
-                              sem.engine) if config.device == "cuda" and config.request.kv_cache_memory_bytes is None \
-        else None
+    encoder = budgets[0].encoder if source == "estimate" else None  # the first stage's, which runs the tower
     if encoder is not None:
         notes.append(f"The profile run first runs the vision encoder on {encoder.items} image(s) of {encoder.tokens_per_item:,} "
                      f"tokens ({encoder.patches_per_item:,} patches, the Qwen-VL processors' default largest image): "

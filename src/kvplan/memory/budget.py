@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
-from .encoder_profile import encoder_profile
+from .encoder_profile import EncoderProfile, encoder_profile
 from .semantics import VllmSemantics
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class BudgetTerms:
     preexisting_bytes: int
     available_kv_bytes: int
     source: str
+    #: the vision encoder's dummy run, where the profile runs one (kvplan.memory.encoder_profile)
+    encoder: Optional[EncoderProfile] = None
 
     @property
     def non_kv_bytes(self) -> int:
@@ -284,8 +286,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if multi_gpu else 0)
     if kv_cache_memory_bytes is not None:
         return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                           preexisting, kv_cache_memory_bytes, "kv_cache_memory")
+                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder)
     charged = weights + non_torch + activation + graphs
     charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
     return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                       preexisting, requested - charged, "estimate")
+                       preexisting, requested - charged, "estimate", encoder)
