@@ -343,7 +343,8 @@ def main(argv=None) -> int:
         row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "warm": "--warm-prompts" in sim_argv,
                "argv": sim_argv, "notes": notes,
                "measured": {m: v[1] for m, v in meas.items()}, "stat": {m: v[0] for m, v in meas.items()},
-               "predicted": pred, "err": err, "clock": d.get("profile", {}).get("clock", {}).get("kernel_tables")}
+               "predicted": pred, "err": err, "clock": d.get("profile", {}).get("clock", {}).get("kernel_tables"),
+               "own_tables": bool(d.get("profile", {}).get("clock", {}).get("kernel_tables_exact"))}
         rows.append(row)
         line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'}{'W' if row['warm'] else ' '} "
                 + "  ".join(f"{m[:6]} {pred.get(m) or 0:9.3f}/{meas[m][1]:9.3f} {fmt_pct(err.get(m))}"
@@ -354,6 +355,12 @@ def main(argv=None) -> int:
     result = {"dev": summarize(rows, "DEV SET (every expressible case)"),
               "fit_half": summarize([r for r in rows if not r["held_out"]], "FIT HALF (constants fitted here)"),
               "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)"),
+              # The clock's two regimes apart: a GPU with its own measured kernel tables, and one that
+              # falls back to its catalog peaks with the nearest measured GPU's efficiencies.
+              "held_out_own_tables": summarize([r for r in rows if r["held_out"] and r["own_tables"]],
+                                               "HELD OUT, GPUs with their own measured kernel tables"),
+              "held_out_fallback": summarize([r for r in rows if r["held_out"] and not r["own_tables"]],
+                                             "HELD OUT, GPUs without kernel tables (roofline fallback)"),
               "cold": summarize([r for r in rows if not r["warm"]], "COLD CASES (no earlier run documented)"),
               "warm": summarize([r for r in rows if r["warm"]],
                                 "DOCUMENTED-WARM CASES (--warm-prompts: the series' previous run on the same server)")}

@@ -267,3 +267,27 @@ def test_the_plan_says_what_the_encoder_charged_and_only_when_it_estimates():
     assert any("vision encoder on 1 image(s) of 16,384 tokens" in n and "1.71 GiB" in n for n in est.notes)
     given = plan(PlanRequest(spec, gpu, kv_cache_memory_bytes=2 * 2**30, **flags), what_ifs=False)
     assert not any("vision encoder" in n for n in given.notes)
+
+
+def test_which_versions_charge_the_cuda_context_and_nccl_to_the_budget():
+    """V0 0.6.0-0.6.4 and V1 0.7-0.8 count every byte on the GPU; V0 0.6.5+ and V1 0.9-0.10
+    measure from a baseline taken before NCCL starts (the context is not charged, NCCL is); 0.11+
+    from after it (read in the 0.6.4.post1-0.8.5 wheels: semantics.charged_preexisting)."""
+    context, nccl = 450, 100
+    charged = {(v, e): semantics(v, e).charged_preexisting(context, nccl)
+               for v, e in [("0.6.4", "V0"), ("0.6.5", "V0"), ("0.7.3", "V0"), ("0.8.5", "V0"), ("0.9.2", "V0"),
+                            ("0.7.1", "V1"), ("0.8.5", "V1"), ("0.9.2", "V1"), ("0.10.1", "V1"), ("0.11", "V1")]}
+    assert charged == {("0.6.4", "V0"): 550, ("0.6.5", "V0"): 100, ("0.7.3", "V0"): 100, ("0.8.5", "V0"): 100,
+                       ("0.9.2", "V0"): 100, ("0.7.1", "V1"): 550, ("0.8.5", "V1"): 550, ("0.9.2", "V1"): 100,
+                       ("0.10.1", "V1"): 100, ("0.11", "V1"): 0}
+
+
+def test_a_v0_plan_from_0_6_5_leaves_the_cuda_context_out_of_the_budget():
+    """The same one-GPU V0 plan gets the CUDA context's worth more KV memory on 0.7.3 than on
+    0.6.4 (log 06, DeepSeek-R1-Distill-Qwen-1.5B on 0.8-era V0, prints non_torch_memory 0.04 GiB)."""
+    from kvplan.memory.budget import CUDA_CONTEXT_BYTES
+
+    spec, gpu = load_model("Qwen/Qwen2.5-1.5B-Instruct"), find_gpu("L4")
+    kv = {v: plan(PlanRequest(spec, gpu, vllm_version=v, engine="V0", max_model_len=2000),
+                  what_ifs=False).memory.available_kv_cache_bytes for v in ("0.6.4", "0.7.3")}
+    assert kv["0.7.3"] - kv["0.6.4"] == CUDA_CONTEXT_BYTES
