@@ -89,7 +89,11 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
                             world_size * data_parallel_size, req.gpus_per_node, nodes * data_parallel_size)
     naive = _naive(config, max_model_len, blocks)
     what_if_rows = _what_ifs(replace(req, max_model_len=run_len), config.gpu_memory_utilization,
-                             config.kv_cache_dtype.name, replan) if what_ifs else ()
+                             config.kv_cache_dtype.name, replan, sem) if what_ifs else ()
+    install_note = _install_dependent_verdict(what_if_rows, startup.ok)
+    if install_note:  # the sign of the margin is not known: as a verdict within the estimate's error
+        notes += install_note
+        startup = replace(startup, borderline=True, settle_with=startup.settle_with or SETTLE_INSTALL)
     return PlanResult(
         vllm_semantics=sem.label, engine=sem.engine, model=model_info, parallel=parallel, flags=resolved,
         memory=_memory(config, sized), kv=_kv(config, sized), startup=startup,
@@ -251,8 +255,31 @@ def _naive(config: ResolvedConfig, max_model_len: int, blocks: BlockSizing) -> N
                         round(ratio, 2), tuple(why))
 
 
-def _what_ifs(req: PlanRequest, gpu_memory_utilization: float, kv_cache_dtype: str, replan: Replan) -> list[WhatIf]:
+#: The what-if of a plan whose sampler depends on how vLLM was installed (semantics docstring).
+NO_FLASHINFER = "without FlashInfer (pip install vllm)"
+SETTLE_INSTALL = ("say how vLLM is installed: --flashinfer-sampler (the release image) or --no-flashinfer-sampler "
+                  "(a plain pip install), or give its start-up log (--from-log), which names its sampler")
+
+
+def _install_dependent_verdict(rows, starts: bool) -> list[str]:
+    """A note when a plan that starts fails without FlashInfer: the plan cannot know the install.
+    (The other way cannot happen: the native sampler only needs more memory.)"""
+    for w in rows:
+        if starts and w.change == NO_FLASHINFER and not w.ok:
+            return ["The verdict depends on how vLLM was installed: this plan assumes FlashInfer is installed "
+                    "(the release image); a plain `pip install vllm` of this version has none, its native "
+                    f"top-k/top-p sort needs more memory and vLLM fails ({w.available_kv_cache_gib:.2f} GiB of "
+                    "KV cache). Pass --no-flashinfer-sampler or --flashinfer-sampler, or --from-log with the "
+                    "start-up log, to settle it."]
+    return []
+
+
+def _what_ifs(req: PlanRequest, gpu_memory_utilization: float, kv_cache_dtype: str, replan: Replan,
+              sem: VllmSemantics) -> list[WhatIf]:
     variants: list[tuple[str, dict]] = []
+    if (req.device == "cuda" and req.flashinfer_sampler is None and req.kv_cache_memory_bytes is None
+            and sem.flashinfer_sampler_depends_on_install):
+        variants.append((NO_FLASHINFER, {"flashinfer_sampler": False}))
     if req.device == "cuda" and not kv_cache_dtype.startswith("fp8"):
         variants.append(("--kv-cache-dtype fp8", {"kv_cache_dtype": "fp8"}))
     tp2 = req.tensor_parallel_size * 2

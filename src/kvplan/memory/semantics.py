@@ -323,6 +323,15 @@ class VllmSemantics:
         return not (0, 11, 1) <= self.version < (0, 21)
 
     @property
+    def flashinfer_sampler_depends_on_install(self) -> bool:
+        """0.8.0-0.11.0 V1 sample with FlashInfer by default wherever it is importable, and their
+        wheels do not require it (0.10.1 and 0.11.0 list ``flashinfer-python`` only under the
+        ``flashinfer`` extra, 0.8/0.9/0.10.0 not at all; 0.11.1+ require it but leave its sampler
+        off): ``pip install vllm`` samples natively, the release image with FlashInfer. The plan
+        shows the other case as a what-if (memory/_assemble.py)."""
+        return self.engine == "V1" and (0, 8) <= self.version < (0, 11, 1)
+
+    @property
     def native_sampler_sorts_logits(self) -> bool:
         """0.8-0.16: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
         logits (budget.native_sort_bytes_per_logit). ``apply_top_k_top_p`` calls

@@ -53,6 +53,11 @@ def borderline_text(r: PlanResult) -> str | None:
     if not s.borderline or s.kv_margin_gib is None:
         return None
     side = "short of" if s.kv_margin_gib < 0 else "above"
+    if s.estimate_error_gib is not None and abs(s.kv_margin_gib) > s.estimate_error_gib:
+        # outside the error band: it is the install that decides (memory/_assemble.py, NO_FLASHINFER)
+        return (f"Borderline: with FlashInfer's sampler (the release image) the estimated KV memory is "
+                f"{s.kv_margin_gib:.2f} GiB above what one {r.flags.max_model_len:,}-token request needs; a plain "
+                f"pip install of this vLLM has no FlashInfer, and then vLLM refuses. To settle it, {s.settle_with}.")
     return (f"Borderline: the estimated KV memory is {abs(s.kv_margin_gib):.2f} GiB {side} what one "
             f"{r.flags.max_model_len:,}-token request needs, inside the estimate's error of ±{s.estimate_error_gib:.2f} "
             f"GiB, so vLLM may {'start' if s.kv_margin_gib < 0 else 'refuse'} after all. To settle it, {s.settle_with}.")

@@ -212,7 +212,11 @@ function renderPlan(p) {
   const warns = clear($("verdict-warnings"));
   if (st.borderline && st.kv_margin_gib !== null && st.kv_margin_gib !== undefined) {  // report/_common.borderline_text
     const side = st.kv_margin_gib < 0 ? "short of" : "above";
-    warns.append(el("li", {}, `Borderline: the estimated KV memory is ${fmt(Math.abs(st.kv_margin_gib))} GiB ${side} what one ` +
+    if (st.estimate_error_gib !== null && st.estimate_error_gib !== undefined && Math.abs(st.kv_margin_gib) > st.estimate_error_gib) {
+      warns.append(el("li", {}, `Borderline: with FlashInfer's sampler (the release image) the estimated KV memory is ` +
+        `${fmt(st.kv_margin_gib)} GiB above what one ${fmtInt(p.flags.max_model_len)}-token request needs; a plain pip install ` +
+        `of this vLLM has no FlashInfer, and then vLLM refuses. To settle it, ${st.settle_with}.`));
+    } else warns.append(el("li", {}, `Borderline: the estimated KV memory is ${fmt(Math.abs(st.kv_margin_gib))} GiB ${side} what one ` +
       `${fmtInt(p.flags.max_model_len)}-token request needs, inside the estimate's error of ±${fmt(st.estimate_error_gib)} GiB, so vLLM may ` +
       `${st.kv_margin_gib < 0 ? "start" : "refuse"} after all. To settle it, ${st.settle_with}.`));
   }
