@@ -26,7 +26,9 @@ Run (needs pyarrow and numpy, which kvplan itself never imports at run time):
     python scripts/distill_kernel_tables.py --aic /path/to/aiconfigurator-git-dir [--commit SHA]
 
 ``--aic`` is a git directory (a bare mirror is fine): the parquet blobs are read with
-``git show <commit>:<path>``. Re-running on the same commit rewrites identical files.
+``git show <commit>:<path>``. Re-running on the same commit rewrites identical files (with the same
+numpy: another numpy's least squares can move an attention fit's last digit, as H200's fp8/64
+prefill ``flops_eff`` 408.7526 -> 408.7527 with numpy 2.x in session 8; the shipped file was kept).
 """
 from __future__ import annotations
 
@@ -51,6 +53,11 @@ SYSTEMS = [
     ("l40s", "0.14.0", "L40S"),
     ("b200_sxm", "0.19.0", "B200-180GB"),
 ]
+#: Fused-MoE dtypes a GPU's chosen version did not measure, taken from another version of the same
+#: GPU's table: (AIC system, version, moe_dtype, substring of kernel_source). H100 at 0.19.0 has no
+#: MXFP4 MoE; 0.24.0 measured gpt-oss's shapes on the kernel vLLM 0.19 runs there (0.19 vendors
+#: triton_kernels, so select_mxfp4_moe_backend picks TRITON, OAITritonExperts, on SM 9.0).
+MOE_SUPPLEMENTS = [("h100_sxm", "0.24.0", "w4a16_mxfp4", "gptossmxfp4moe_triton")]
 M_GRID = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 NK_GRID = [64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 65536]
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
@@ -264,7 +271,18 @@ def main(argv=None) -> int:
         gpu = catalog[name]
         gemm = distil_gemm(rows(args.aic, commit, system, "gemm", version, "gemm_perf"), gpu)
         # write the GEMM part first: the MoE factor is computed with the runtime's own interpolation
-        moe, wo = distil_moe(rows(args.aic, commit, system, "moe", version, "moe_perf"), gemm, gpu)
+        moe_rows = rows(args.aic, commit, system, "moe", version, "moe_perf")
+        supplements = []
+        for s_system, s_version, s_dtype, s_kernel in MOE_SUPPLEMENTS:
+            if s_system != system or any(r["moe_dtype"] == s_dtype for r in moe_rows):
+                continue
+            extra = [r for r in rows(args.aic, commit, system, "moe", s_version, "moe_perf")
+                     if r["moe_dtype"] == s_dtype and s_kernel in r["kernel_source"]]
+            moe_rows += extra
+            supplements.append({"moe_dtype": s_dtype, "vllm_version": s_version,
+                                "kernel_source": sorted({r["kernel_source"] for r in extra}),
+                                "path": f"{DATA}/{system}/moe/vllm/{s_version}/moe_perf.parquet"})
+        moe, wo = distil_moe(moe_rows, gemm, gpu)
         att = distil_attention(rows(args.aic, commit, system, "attention", version, "generation_attention_perf"),
                                rows(args.aic, commit, system, "attention", version, "context_attention_perf"), gpu)
         ar = distil_allreduce(rows(args.aic, commit, system, "comm", version, "custom_allreduce_perf"))
@@ -274,7 +292,8 @@ def main(argv=None) -> int:
             "source": {"repo": "github.com/ai-dynamo/aiconfigurator", "commit": commit, "licence": "Apache-2.0",
                        "copyright": "NVIDIA CORPORATION & AFFILIATES",
                        "paths": f"{DATA}/{system}/{{gemm,attention,moe,comm}}/vllm/{version}/*.parquet",
-                       "distilled_by": "scripts/distill_kernel_tables.py"},
+                       "distilled_by": "scripts/distill_kernel_tables.py",
+                       **({"moe_supplements": supplements} if supplements else {})},
             "peaks": {"bandwidth_gbs": gpu["bandwidth_gbs"], "bf16_tflops": gpu["bf16_tflops"],
                       "fp8_tflops": gpu.get("fp8_tflops")},
             "gemm": gemm, "weight_only": wo, "moe": moe, "attention": att, "allreduce": ar,

@@ -133,3 +133,17 @@ def test_plan_startup_does_not_load_the_kernel_tables():
     code = ("import sys, kvplan.cli.main; assert 'kvplan.sim.kernels' not in sys.modules; "
             "assert 'kvplan.sim.opmodel' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_h100_times_gpt_oss_experts_with_its_own_mxfp4_measurement_and_says_which_kernel():
+    """H100's table at vLLM 0.19.0 has no MXFP4 MoE; the distiller adds AIConfigurator's H100 rows for
+    gpt-oss's shapes on the Triton kernel (0.24.0) and the table says so (source.moe_supplements)."""
+    t = K.load_table("H100-SXM5-80GB")
+    (sup,) = t["source"]["moe_supplements"]
+    assert sup["moe_dtype"] == "w4a16_mxfp4" and sup["vllm_version"] == "0.24.0"
+    assert all("triton" in k for k in sup["kernel_source"])
+    curve = K.moe_direct(t, "mxfp4", 2880, 2880, 32, 4)
+    assert curve is not None and 1e-5 < curve(8) < curve(1024)
+    _, p = _model("openai/gpt-oss-20b", "H100")
+    assert any("measured with vLLM 0.24.0's kernel" in n for n in p.notes)
+    assert not any("H200-141GB's measured fused-MoE speed" in n for n in p.notes)

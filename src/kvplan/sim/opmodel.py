@@ -297,6 +297,11 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
             hit = K.moe_direct(table, kind, d, inter, e, k)
             if hit is not None:
                 direct_cache[key] = (hit, None)
+                for sup in table.get("source", {}).get("moe_supplements", ()):
+                    if sup["moe_dtype"] == K.AIC_MOE_DTYPE.get(kind):  # not the table's own vLLM version
+                        notes.append(f"{kind} experts ({e}x{d}x{int(inter)}) at {table_name}'s fused-MoE speed "
+                                     f"measured with vLLM {sup['vllm_version']}'s kernel "
+                                     f"({', '.join(sup['kernel_source'])})")
             else:
                 direct_cache[key] = None
                 for other in K.same_arch_tables(table_name):

@@ -16,21 +16,21 @@ VALIDATION: dict = {
             "tpot": 0.0395
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-02"
+        "date": "2026-12-03"
     },
     "H100-SXM5-80GB": {
         "cases": 7,
-        "output_throughput": 0.2051,
-        "ttft": 0.0522,
-        "tpot": 0.3644,
+        "output_throughput": 0.046,
+        "ttft": 0.1032,
+        "tpot": 0.1689,
         "held_out": {
             "cases": 4,
-            "output_throughput": 0.2189,
-            "ttft": 0.0456,
-            "tpot": 0.4602
+            "output_throughput": 0.0408,
+            "ttft": 0.1006,
+            "tpot": 0.184
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-02",
+        "date": "2026-12-03",
         "validation": {
             "AIC silicon": {
                 "tpot": 0.0318,
@@ -55,7 +55,7 @@ VALIDATION: dict = {
             "tpot": 0.3192
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-02"
+        "date": "2026-12-03"
     },
     "H200-141GB": {
         "cases": 1,
@@ -69,7 +69,7 @@ VALIDATION: dict = {
             "tpot": 0.1816
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-02",
+        "date": "2026-12-03",
         "validation": {
             "AIC silicon": {
                 "tpot": 0.2709,
@@ -90,6 +90,6 @@ VALIDATION: dict = {
             "tpot": 0.3049
         },
         "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-02"
+        "date": "2026-12-03"
     }
 }
