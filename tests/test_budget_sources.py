@@ -237,19 +237,26 @@ def test_vision_encoder_profile_run_is_one_max_size_image():
     assert one.outputs_bytes == 16384 * 3584 * 2
     two = encoder_profile(spec, 2, 2, 8192, "V1")
     assert two.peak_bytes == pixels + int(65536 * (2 * 1280 + 3 * 3420 / 2) * 2)
+    # 0.7-0.10: RoPE in float32 on q, then k, makes the attention the widest point: 2d + 11d/tp at
+    # TP 1; with TP the qkv all-gather and its interleaving copy (8d + 3d/tp) bind; 0.11.0 rotates
+    # the concatenated q and k (2d + 18d/tp)
+    per_tensor = encoder_profile(spec, 1, 2, 2048, "V1", "fp32_per_tensor")
+    assert per_tensor.peak_bytes == pixels + 65536 * 13 * 1280 * 2
+    assert encoder_profile(spec, 2, 2, 2048, "V1", "fp32_per_tensor").peak_bytes == pixels + 65536 * 1280 * 19
+    assert encoder_profile(spec, 1, 2, 2048, "V1", "fp32_qk_concat").peak_bytes == pixels + 65536 * 20 * 1280 * 2
     assert encoder_profile(spec, 1, 2, 32768, "V1").items == 2  # cdiv(budget, tokens per item)
     assert encoder_profile(spec, 1, 2, 2048, "V0") is None
     assert encoder_profile(load_model("meta-llama/Llama-3.1-8B-Instruct"), 1, 2, 2048, "V1") is None
 
 
 def test_the_encoder_peak_is_charged_when_it_is_the_larger_one():
-    """Log 142 (Qwen2.5-VL-7B, one L4, 0.9.0.1): the encoder's 1.71 GiB binds, not the language
-    model's 0.52 GiB dummy forward and sampler; with 16,384-token prompts the LM side would bind."""
+    """Log 142 (Qwen2.5-VL-7B, one L4, 0.9.0.1): the encoder's 2.17 GiB (its float32 RoPE) binds, not
+    the language model's 0.52 GiB dummy forward and sampler."""
     spec = _qwen25_vl_7b()
     gpu = find_gpu("L4")
     r = plan(PlanRequest(spec, gpu, vllm_version="0.9.0", max_model_len=2048, max_num_batched_tokens=2048),
              what_ifs=False)
-    assert abs(r.memory.activation_peak_gib - 1.71) < 0.01
+    assert abs(r.memory.activation_peak_gib - 2.17) < 0.01
     # V0 profiles images inside the LM's dummy sequence (not modelled): no encoder term there
     from dataclasses import replace
 
@@ -264,7 +271,7 @@ def test_the_plan_says_what_the_encoder_charged_and_only_when_it_estimates():
     spec, gpu = _qwen25_vl_7b(), find_gpu("L4")
     flags = dict(vllm_version="0.9.0", max_model_len=2048, max_num_batched_tokens=2048)
     est = plan(PlanRequest(spec, gpu, **flags), what_ifs=False)
-    assert any("vision encoder on 1 image(s) of 16,384 tokens" in n and "1.71 GiB" in n for n in est.notes)
+    assert any("vision encoder on 1 image(s) of 16,384 tokens" in n and "2.17 GiB" in n for n in est.notes)
     given = plan(PlanRequest(spec, gpu, kv_cache_memory_bytes=2 * 2**30, **flags), what_ifs=False)
     assert not any("vision encoder" in n for n in given.notes)
 
@@ -291,3 +298,14 @@ def test_a_v0_plan_from_0_6_5_leaves_the_cuda_context_out_of_the_budget():
     kv = {v: plan(PlanRequest(spec, gpu, vllm_version=v, engine="V0", max_model_len=2000),
                   what_ifs=False).memory.available_kv_cache_bytes for v in ("0.6.4", "0.7.3")}
     assert kv["0.7.3"] - kv["0.6.4"] == CUDA_CONTEXT_BYTES
+
+
+def test_a_qwen_vl_tower_is_sharded_over_tensor_parallel_ranks():
+    """qwen2_5_vl.py builds the vision blocks and the merger from parallel linears (default
+    mm_encoder_tp_mode "weights"): at TP 2 each rank holds half of them; norms and the patch
+    embedding whole."""
+    spec = _qwen25_vl_7b()
+    one, two = params.vision_params(spec, 1), params.vision_params(spec, 2)
+    whole = 32 * 9 * 1280 + 14 * 14 * 3 * 2 * 1280
+    assert two - whole == (one - whole) // 2
+    assert params.count_params(spec) - params.count_params(spec, include_vision=False) == one

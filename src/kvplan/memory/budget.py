@@ -275,7 +275,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
                                        config.max_num_seqs, last_stage, sampler_bytes, rows)
-    encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine) \
+    encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
+                             sem.vision_rotary) \
         if device == "cuda" and stage.stage == 0 else None
     if encoder is not None:  # the encoder runs first; its outputs stay cached through the dummy forward
         activation = max(encoder.peak_bytes, encoder.outputs_bytes + activation)

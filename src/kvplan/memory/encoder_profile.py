@@ -12,8 +12,8 @@ is therefore the larger of
 * the encoder forward: the item's patches in the model dtype (``MultiModalKwargs.as_kwargs(dtype=
   model dtype)``, 0.9.0.1) plus the widest point of one vision block, its MLP: the residual and the
   normalised input (2·d) and, gated (SwiGLU), gate, activation and up outputs of the rank's
-  intermediate slice (3·I/tp) — ``Qwen2_5_VisionMLP.forward``; the attention's widest point
-  (d + 4.5·d/tp with the TP all-gather of qkv, 9·d at TP 1) is narrower for these towers;
+  intermediate slice (3·I/tp) — ``Qwen2_5_VisionMLP.forward`` — or its attention, whichever is
+  wider (:func:`attention_width`: the float32 RoPE of 0.7-0.11.0 makes the attention the wider one);
 * the encoder outputs (merged tokens × the language model's hidden size) plus the language model's
   dummy forward and sampler (:func:`kvplan.memory.budget.activation_peak_bytes`).
 
@@ -52,9 +52,30 @@ def _vision_config(spec: ModelSpec) -> Optional[Mapping[str, Any]]:
     return vc
 
 
+def attention_width(d: int, tp: int, rotary: Optional[str]) -> float:
+    """Values per patch live at the widest point of one vision block's attention on one rank, in
+    units of the model dtype (``Qwen2_5_VisionAttention.forward``, ``Qwen2VisionAttention`` alike).
+
+    Live through the call: the block's residual and the normalised input (2·d: ``nn.Module.__call__``
+    holds its argument), the rank's qkv output (3·d/tp), its contiguous q, k, v (3·d/tp). With TP,
+    ``split_qkv`` all-gathers qkv (3·d) and concatenates the interleaved pieces (3·d more) while the
+    local output lives: 8·d + 3·d/tp. RoPE on CUDA (``apply_rotary_pos_emb_vision``): ``t.float()``
+    (2 units per value), flash-attn's out-of-place float32 output (2) and ``.type_as(t)`` (1):
+    5·d/tp on q, then on k (``"fp32_per_tensor"``: 2·d + 11·d/tp, 13·d at TP 1); on the
+    concatenated q and k (``"fp32_qk_concat"``, 0.11.0) the concatenation (2·d/tp) and 10·d/tp:
+    2·d + 18·d/tp. Versions not re-read keep the earlier estimate, d + 4.5·d/tp (9·d at TP 1)."""
+    gather = 8 * d + 3 * d / tp if tp > 1 else 0.0
+    if rotary == "fp32_per_tensor":
+        return max(gather, 2 * d + 11 * d / tp)
+    if rotary == "fp32_qk_concat":
+        return max(gather, 2 * d + 18 * d / tp)
+    return d + 4.5 * d / tp if tp > 1 else 9 * d
+
+
 def encoder_profile(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
-                    engine: str) -> Optional[EncoderProfile]:
-    """The encoder dummy run of a Qwen-VL-style tower under V1, or None (no such tower, or V0)."""
+                    engine: str, rotary: Optional[str] = None) -> Optional[EncoderProfile]:
+    """The encoder dummy run of a Qwen-VL-style tower under V1, or None (no such tower, or V0).
+    ``rotary`` is ``VllmSemantics.vision_rotary`` (:func:`attention_width`)."""
     vc = _vision_config(spec)
     if vc is None or engine != "V1":
         return None
@@ -73,7 +94,6 @@ def encoder_profile(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_
     patches = items * tokens * merge * merge
     pixels = patches * channels * temporal * patch * patch * dtype_bytes
     mlp_width = 2 * d + (3 if gated else 2) * inter / tp  # residual + normed input + the MLP's live outputs
-    attention_width = d + 4.5 * d / tp if tp > 1 else 9 * d
-    block = patches * max(mlp_width, attention_width) * dtype_bytes
+    block = patches * max(mlp_width, attention_width(d, tp, rotary)) * dtype_bytes
     outputs = items * tokens * spec.hidden_size * dtype_bytes
     return EncoderProfile(items, tokens, patches // items, int(pixels + block), int(outputs))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from ..errors import UsageError
 
@@ -330,6 +331,20 @@ class VllmSemantics:
         off): ``pip install vllm`` samples natively, the release image with FlashInfer. The plan
         shows the other case as a what-if (memory/_assemble.py)."""
         return self.engine == "V1" and (0, 8) <= self.version < (0, 11, 1)
+
+    @property
+    def vision_rotary(self) -> Optional[str]:
+        """How a Qwen-VL vision block's attention applies RoPE on CUDA (memory/encoder_profile.py):
+        ``apply_rotary_pos_emb_vision`` casts to float32 (``t_ = t.float()``) and flash-attn's rotary
+        writes a new float32 output before ``.type_as(t)``, on q and k one after the other
+        (``"fp32_per_tensor"``: read in the 0.7.1, 0.7.3, 0.8.0, 0.8.5, 0.9.0.1, 0.9.2 and 0.10.1.1
+        wheels) or on ``torch.cat([q, k])`` (``"fp32_qk_concat"``: 0.11.0). None: not re-read
+        (0.19 rotates with ``ApplyRotaryEmb``); the earlier estimate stands."""
+        if (0, 7) <= self.version < (0, 11):
+            return "fp32_per_tensor"
+        if (0, 11) <= self.version < (0, 11, 1):
+            return "fp32_qk_concat"
+        return None
 
     @property
     def native_sampler_sorts_logits(self) -> bool:

@@ -170,12 +170,18 @@ def head_tensors(spec: ModelSpec) -> list[Tensor]:
     return out
 
 
-def vision_params(spec: ModelSpec) -> int:
-    """A ViT-style vision tower's parameters: what multimodal checkpoints add to the language
-    model. Per block: q/k/v/o (4·h²), the MLP (gated SwiGLU with three matrices in Qwen2.5-VL /
-    Qwen3-VL style towers that name ``hidden_act`` silu, else two), norms; plus the patch
-    embedding (temporal patches for Qwen-VL) and the projector into the language model (Qwen-VL's
-    patch merger over ``spatial_merge_size``² patches, else one linear map)."""
+def vision_params(spec: ModelSpec, tp: int = 1) -> int:
+    """A ViT-style vision tower's parameters on one of ``tp`` ranks: what multimodal checkpoints add
+    to the language model. Per block: q/k/v/o (4·h²), the MLP (gated SwiGLU with three matrices in
+    Qwen2.5-VL / Qwen3-VL style towers that name ``hidden_act`` silu, else two), norms; plus the
+    patch embedding (temporal patches for Qwen-VL) and the projector into the language model
+    (Qwen-VL's patch merger over ``spatial_merge_size``² patches, else one linear map).
+
+    Qwen-VL-style towers (``spatial_merge_size`` and ``temporal_patch_size``) shard their block and
+    merger linears over TP: ``QKVParallelLinear`` / ``ColumnParallelLinear`` / ``RowParallelLinear``
+    in ``qwen2_5_vl.py`` of 0.7.3, 0.8.5, 0.9.0.1, 0.10.1.1, 0.11.0 and 0.19.0, under the default
+    ``mm_encoder_tp_mode="weights"``; norms, biases and the patch embedding stay whole. Other towers
+    are counted whole on every rank (not read)."""
     vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
     if not isinstance(vc, dict):
         return 0
@@ -194,7 +200,11 @@ def vision_params(spec: ModelSpec) -> int:
         proj = wide * wide + wide * out  # PatchMerger: Linear(wide, wide), GELU, Linear(wide, out)
     else:
         proj = h * out
-    return n * (4 * h * h + mlp + 9 * h) + patch * patch * channels * temporal * h + proj
+    sharded = n * (4 * h * h + mlp) + proj
+    whole = n * 9 * h + patch * patch * channels * temporal * h
+    if tp > 1 and merge > 1 and vc.get("temporal_patch_size"):
+        return whole + sharded // tp
+    return whole + sharded
 
 
 def count_params(spec: ModelSpec, include_vision: bool = True) -> int:
@@ -310,7 +320,7 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
     """Weight bytes held by one GPU of each pipeline stage (all TP ranks of a stage are equal).
     ``moe_padding`` (from :func:`mxfp4_padding`) lays MXFP4 experts out as the GPU's kernel does."""
     ranges = pp_layer_ranges(spec.num_layers, pp)
-    vision = vision_params(spec) * dtype_bytes  # vLLM keeps the vision tower on every rank
+    vision = vision_params(spec, tp) * dtype_bytes  # on stage 0's ranks (sharded for Qwen-VL towers)
     stages = []
     for s, layer_range in enumerate(ranges):
         tensors: list[Tensor] = []
