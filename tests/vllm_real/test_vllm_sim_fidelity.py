@@ -40,6 +40,10 @@ BLOCK_SIZE, NUM_BLOCKS, MAX_MODEL_LEN = 32, 160, 2048
 #: First tokens this close came out of one engine step (a step that admits a wave prefills
 #: 700-2,000 tokens: 50-150 ms here; the client's threads see one step's chunks within a few ms).
 WAVE_GAP_S = 0.02
+#: How far apart in reverse the client may see two first tokens whose steps were in order (CI: 46 ms).
+DELIVERY_JITTER_S = 0.1
+#: vLLM's CPU default max_num_batched_tokens, the most prompt tokens one step prefills (asserted below).
+BUDGET_TOKENS = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +218,52 @@ def wave_starts(ws: list[list[str]]) -> set[int]:
     return out
 
 
+def wave_disagreements(real_times: list[tuple[str, float]], sim_waves: list[list[str]]) -> list[str]:
+    """What the real waves burst's first tokens, as the client saw them, contradict in the
+    simulator's steps (empty: they agree within the stated tolerance).
+
+    The client sees each request's first token on its own thread, after the API server's output
+    loop, on a host whose two cores the engine also holds: one step's first tokens can reach it
+    tens of ms apart in reverse (a CI run: W1 and W2, prefilled in one step, 46 ms apart), and
+    several steps' first tokens can reach it together (a CI run: W0-W4, three simulated steps of
+    1,200 + 1,700 + 1,540 prompt tokens, all within 22 ms, W3 2 ms before W2). What the scheduler
+    decides is checked on what the client can observe:
+
+    * FCFS across steps: no request gets its first token clearly (more than DELIVERY_JITTER_S)
+      before one the simulator admitted in an earlier step;
+    * the steps' boundaries where the client can see them. A real wave whose prompts add up to
+      more than one step can prefill (the token budget, plus the one request a step may finish
+      from chunks begun earlier) was several steps delivered together: the simulated boundaries
+      inside it are not observable and are not counted as missing. Stated tolerance: at most one
+      observable simulated boundary may be missing from the real run and at most two extra real
+      ones may appear (one from the blockers' race, one from a step's first tokens delivered
+      apart). Why the race: the three blockers are sent together, and whether vLLM admits them in
+      two steps or three (a race between the API server and the first step) shifts when each
+      finishes by a step, and so which step frees the blocks the queue's next request needs.
+      Observed: equal in most runs, W3 | W4 split once.
+    """
+    problems: list[str] = []
+    sim_step = {n: i for i, w in enumerate(sim_waves) for n in w}
+    real_t = dict(real_times)
+    for a in sim_step:
+        for b in sim_step:
+            if sim_step[a] < sim_step[b] and real_t[b] < real_t[a] - DELIVERY_JITTER_S:
+                problems.append(f"{b} (simulated step {sim_step[b]}) got its first token "
+                                f"{real_t[a] - real_t[b]:.3f} s before {a} (step {sim_step[a]})")
+    real_waves = waves(real_times, WAVE_GAP_S)
+    by_name = {r.name: r for r in WAVES}
+    one_step_cap = BUDGET_TOKENS + max(r.prompt for r in WAVES if r.name.startswith("W"))
+    flat = [n for w in real_waves for n in w]
+    hidden = {k for w in real_waves if sum(by_name[n].prompt for n in w) > one_step_cap
+              for k in range(flat.index(w[0]) + 1, flat.index(w[0]) + len(w))}
+    real_starts, sim_starts = wave_starts(real_waves), wave_starts(sim_waves)
+    missing, extra = (sim_starts - hidden) - real_starts, real_starts - sim_starts
+    if len(missing) > 1 or len(extra) > 2 or len(missing) + len(extra) > 2:
+        problems.append(f"step boundaries: simulated ones missing at {sorted(missing)}, "
+                        f"extra real ones at {sorted(extra)} (not observable: {sorted(hidden)})")
+    return problems
+
+
 def completion_without_min_tokens(base_url: str, prompt: int, max_tokens: int, seed: int) -> dict:
     """A streamed completion with ignore_eos but no min_tokens, so vLLM may clamp max_tokens
     (client.stream_completion pins min_tokens = max_tokens, which turns a clamp into a 400)."""
@@ -241,7 +291,7 @@ def plan_and_profile(fidelity_server, tiny_llama_model):
     req = plan_request(tiny_llama_model.path)
     res = plan(req, what_ifs=False)
     assert res.kv.num_gpu_blocks == NUM_BLOCKS and res.kv.block_size == BLOCK_SIZE
-    assert res.flags.max_num_batched_tokens == 2048 and res.flags.max_num_seqs == 128  # vLLM's CPU defaults
+    assert res.flags.max_num_batched_tokens == BUDGET_TOKENS and res.flags.max_num_seqs == 128  # vLLM's CPU defaults
     return req, cpu_profile()
 
 
@@ -271,26 +321,28 @@ def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, ca
     # the blockers first (identical: any order among them), then the queue in send order, in the same waves
     assert sorted(real_order[:3]) == sorted(sim_order[:3]) == ["B0", "B1", "B2"]
     assert [n for w in sim_waves for n in w] == [f"W{i}" for i in range(6)]  # FCFS: nobody overtakes
-    # The client sees each request's first token on its own thread: one step's first tokens can
-    # reach it tens of ms apart on a loaded host (a CI run saw W1 and W2, prefilled in one step,
-    # 46 ms apart and in reverse order), so a real group may split a simulated step, in any order
-    # inside it. What the scheduler decides is checked: no request gets its first token before one
-    # the simulator admitted in an earlier step (FCFS across steps) ...
-    sim_step = {n: i for i, w in enumerate(sim_waves) for n in w}
-    real_steps = [sim_step[n] for n in real_order if n.startswith("W")]
-    assert real_steps == sorted(real_steps), (real_waves, sim_waves)
-    # ... and the steps' boundaries. Stated tolerance: at most one simulated boundary may be missing
-    # from the real run and at most two extra real ones may appear (one from the blockers' race
-    # below, one from a step's first tokens delivered apart). Why the race: the three blockers are
-    # sent together, and whether vLLM admits them in two steps or three (a race between the API
-    # server and the first step) shifts when each finishes by a step, and so which step frees the
-    # blocks the queue's next request needs. Observed: equal in most runs, W3 | W4 split once.
-    real_starts, sim_starts = wave_starts(real_waves), wave_starts(sim_waves)
-    assert len(sim_starts - real_starts) <= 1 and len(real_starts - sim_starts) <= 2, (real_waves, sim_waves)
-    assert len(real_starts ^ sim_starts) <= 2, (real_waves, sim_waves)
+    problems = wave_disagreements(real_times, sim_waves)
+    assert not problems, (problems, real_waves, sim_waves)
     assert len(sim_waves) >= 3  # non-trivial: the freed blocks and the budget admit the queue in waves
     assert real_pre >= 1  # the burst overflows the cache
     assert d["preemptions"] == real_pre
+
+
+def test_the_wave_check_allows_only_what_the_client_cannot_observe():
+    """The tolerance of the waves test, pinned on the CI runs that shaped it (no server needed)."""
+    sim = [["W0"], ["W1", "W2"], ["W3", "W4"], ["W5"]]
+    ci_run_22 = [("W0", 5.933), ("W1", 5.936), ("W2", 5.945), ("W3", 5.943), ("W4", 5.955), ("W5", 10.768)]
+    assert wave_disagreements(ci_run_22, sim) == []  # three steps delivered together, W3 2 ms early
+    idle = [("W0", 4.016), ("W1", 4.155), ("W2", 4.155), ("W3", 4.271), ("W4", 4.271), ("W5", 9.787)]
+    assert wave_disagreements(idle, sim) == []
+    split = [("W0", 4.0), ("W1", 4.15), ("W2", 4.196), ("W3", 4.3), ("W4", 4.3), ("W5", 9.8)]
+    assert wave_disagreements(split, sim) == []  # one step's first tokens 46 ms apart
+    overtaken = [("W0", 4.0), ("W1", 4.15), ("W2", 4.15), ("W3", 4.3), ("W4", 4.3), ("W5", 4.1)]
+    assert any("W5" in p and "before" in p for p in wave_disagreements(overtaken, sim))
+    # W0 | W1 W2 merged into one wave the budget allows (1,900 tokens): an observable boundary
+    # missing, with W3 | W4 split apart: one missing plus two extra is more than the tolerance
+    wrong = [("W0", 4.0), ("W1", 4.005), ("W2", 4.3), ("W3", 4.5), ("W4", 4.7), ("W5", 9.8)]
+    assert any("boundaries" in p for p in wave_disagreements(wrong, sim))
 
 
 def test_rejection_and_clamping_match(fidelity_server, plan_and_profile):
