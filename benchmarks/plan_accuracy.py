@@ -5,7 +5,9 @@ plans the start-up *without* the log's measurement and compares its "Available K
 with the one vLLM printed. Per log it prints the error in GiB and in % of the measured KV memory,
 whether kvplan's start/fail verdict matches vLLM's, and the summary overall, per family and per
 version. Logs marked ``dev`` belong to the development set the fitted non-torch constants were
-fitted to (memory/budget.py); they are reported apart from the validation logs. Usage:
+fitted to (memory/budget.py); they are reported apart from the validation logs. The runs of
+llm-d-planner's own vLLM 0.19.0 H100 sweep (plan_accuracy_sweep.py; figures checked against each
+run's log) are validation too, scored beside the peer's own prediction of each. Usage:
 
     .venv/bin/python benchmarks/plan_accuracy.py [--json]
 """
@@ -129,6 +131,8 @@ NO_FLASHINFER_WHAT_IF = {
 # Logs 101+ are built from their index.json entries (benchmarks/plan_accuracy_index.py): validation only.
 from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
+import plan_accuracy_sweep as sweep  # noqa: E402
+
 _INDEX_CASES, _INDEX_EXCLUDED, MEASURED_FROM_INDEX = index_cases()
 CASES += _INDEX_CASES
 UNPREDICTABLE.update(_INDEX_EXCLUDED)
@@ -194,6 +198,34 @@ def run() -> list[dict]:
                      "measured_gib": measured, "kvplan_gib": round(est, 2), "error_gib": round(err, 2),
                      "error_pct": round(err / base * 100, 2), "verdict_right": _verdict_right(r, log, text),
                      "weights_gib": round(r.memory.weights_gib_per_gpu, 2), "log_weights_gib": log.model_loading_gib})
+    return rows + sweep_run()
+
+
+def sweep_run() -> list[dict]:
+    """llm-d-planner's own vLLM 0.19.0 H100 sweep (plan_accuracy_sweep.py): every run started, so
+    the verdict is right when kvplan says it starts; the peer's own prediction rides along."""
+    rows = []
+    h100 = find_gpu("H100")  # the logs print 79.19 GiB, the catalog's H100-SXM5-80GB
+    for run_row in sweep.sweep_rows():
+        model = sweep.model_config(run_row["model"])
+        name = f"planner:{run_row['log_file'].removesuffix('.log')}"
+        if model is None:
+            rows.append({"log": name, "set": "not expressed", "why": sweep.NOT_EXPRESSED[run_row["model"]]})
+            continue
+        spec = (spec_from_config(model, run_row["log_file"], name=run_row["model"]) if isinstance(model, dict)
+                else load_model(model))
+        r = plan(PlanRequest(spec, h100, vllm_version="0.19.0", engine="V1", **sweep.plan_flags(run_row)),
+                 what_ifs=False)
+        est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_gib"]
+        peer = run_row["peer_pred_kv_cache_memory_gib"]
+        rows.append({"log": name, "vllm": "0.19.0", "family": sweep.family(spec, run_row["quantization"]),
+                     "set": "sweep", "excluded_because": None, "model": run_row["model"],
+                     "gpu_gib": round(h100.memory_gib, 2), "tp": run_row["tp"], "measured_gib": measured,
+                     "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
+                     "error_pct": round((est - measured) / measured * 100, 2), "verdict_right": bool(r.startup.ok),
+                     "weights_gib": round(r.memory.weights_gib_per_gpu, 2),
+                     "log_weights_gib": run_row["weights_memory_gib"],
+                     "peer_error_gib": None if peer is None else round(peer - measured, 2)})
     return rows
 
 
@@ -219,19 +251,37 @@ def main() -> None:
     print(f"{'log':52s} {'set':4s} {'vLLM':6s} {'family':13s} {'TP':>2s} {'GPU':>6s} {'vLLM KV':>8s} {'kvplan':>8s} "
           f"{'error':>7s} {'err%':>7s} {'verdict':>7s} {'weights':>8s} {'(log)':>7s}")
     for r in rows:
+        if r["set"] == "not expressed":
+            continue
         lw = f"{r['log_weights_gib']:.2f}" if r["log_weights_gib"] else "-"
         print(f"{r['log'][:52]:52s} {r['set'][:4]:4s} {r['vllm']:6s} {r['family'][:13]:13s} {r['tp']:2d} {r['gpu_gib']:6.2f} "
               f"{r['measured_gib']:8.2f} {r['kvplan_gib']:8.2f} {r['error_gib']:+7.2f} {r['error_pct']:+7.1f} "
               f"{'right' if r['verdict_right'] else 'WRONG':>7s} {r['weights_gib']:8.2f} {lw:>7s}")
-    val = [r for r in rows if r["set"] == "validation"]
+    val = [r for r in rows if r["set"] in ("validation", "sweep")]
     dev = [r for r in rows if r["set"] == "dev"]
-    scored = [r for r in rows if r["set"] != "excluded"]
+    swept = [r for r in rows if r["set"] == "sweep"]
+    scored = [r for r in rows if r["set"] in ("validation", "sweep", "dev")]
     print("\nall         " + _summary(scored))
-    print("validation  " + _summary(val) + "   (logs nothing was fitted to)")
+    print("validation  " + _summary(val) + "   (logs nothing was fitted to: the threads' logs and the sweep)")
+    print("  threads   " + _summary([r for r in val if r["set"] == "validation"]))
+    print("  sweep     " + _summary(swept) + f"   (llm-d-planner's vLLM 0.19.0 H100 runs, {sweep.SOURCE})")
     print("dev set     " + _summary(dev) + "   (the non-torch constants were fitted to these)")
+    with_peer = [r for r in swept if r["peer_error_gib"] is not None]
+    if with_peer:
+        peer_abs = sorted(abs(r["peer_error_gib"]) for r in with_peer)
+        ours_abs = sorted(abs(r["error_gib"]) for r in with_peer)
+        peer_within = sum(1 for r in with_peer if abs(r["peer_error_gib"]) / r["measured_gib"] * 100 <= WITHIN)
+        ours_within = sum(1 for r in with_peer if abs(r["error_pct"]) <= WITHIN and r["verdict_right"])
+        print(f"  the peer on its own {len(with_peer)} runs it predicted: median |error| "
+              f"{statistics.median(peer_abs):.2f} GiB, mean {statistics.mean(r['peer_error_gib'] for r in with_peer):+.2f}, "
+              f"within ±{WITHIN:g}% {peer_within}/{len(with_peer)}; kvplan on the same runs: median |error| "
+              f"{statistics.median(ours_abs):.2f} GiB, mean {statistics.mean(r['error_gib'] for r in with_peer):+.2f}, "
+              f"within ±{WITHIN:g}% {ours_within}/{len(with_peer)}")
     for r in rows:
         if r["set"] == "excluded":
             print(f"excluded    {r['log']}: {r['excluded_because']}")
+        elif r["set"] == "not expressed":
+            print(f"not scored  {r['log']}: {r['why']}")
     print("\nper family (validation logs):")
     for fam in sorted({r["family"] for r in val}):
         print(f"  {fam:18s} " + _summary([r for r in val if r["family"] == fam]))

@@ -56,10 +56,42 @@ def test_native_sampler_peaks_in_torch_sort_on_0_10_to_0_16():
     for version in ("0.11.1", "0.11.2", "0.12", "0.15.1", "0.16"):
         assert sampler_bytes_per_logit(semantics(version), "cuda", None, 1024, vocab) == 38
         assert sampler_bytes_per_logit(semantics(version), "cuda", True, 1024, vocab) == 14
-    # versions whose native path was not re-read keep what they had
-    assert sampler_bytes_per_logit(semantics("0.19"), "cuda", None, 1024, vocab) == 28
-    assert sampler_bytes_per_logit(semantics("0.19"), "cuda", True, 1024, vocab) == 14
-    assert sampler_bytes_per_logit(semantics("0.21"), "cuda", False, 1024, vocab) == 28
+
+
+def test_native_sampler_runs_triton_top_k_top_p_from_0_17():
+    """0.17.0 and 0.19.0's apply_top_k_top_p masks the float32 logits in place with one Triton
+    kernel from 8 rows; forward_native's softmax (4 B) and random_sample's empty_like (4 B) follow:
+    2 + 4 + 4 + 4 B per logit. Below 8 rows it sorts as 0.8-0.16 do (budget.py)."""
+    from kvplan.memory.budget import SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT
+
+    assert SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT == 2 + 4 + 4 + 4
+    vocab = 128256
+    for version in ("0.17", "0.18", "0.19", "0.19.1", "0.21"):
+        sem = semantics(version)
+        assert not sem.native_sampler_sorts_logits and sem.native_sampler_triton_topk_topp
+        assert sampler_bytes_per_logit(sem, "cuda", False, 1024, vocab) == 14
+        assert sampler_bytes_per_logit(sem, "cuda", False, 8, vocab) == 14
+        assert sampler_bytes_per_logit(sem, "cuda", False, 7, vocab) == 50  # torch.sort below 8 rows
+        assert sampler_bytes_per_logit(sem, "cuda", False, 1, vocab) == 38
+        assert sampler_bytes_per_logit(sem, "cuda", True, 1024, vocab) == 14
+        assert sampler_bytes_per_logit(sem, "cpu", False, 1024, vocab) == 28  # CPU: not the CUDA path
+    assert not semantics("0.16").native_sampler_triton_topk_topp
+
+
+def test_an_h100_plan_of_0_19_charges_the_triton_sampler_not_the_sort():
+    """llm-d-planner's 0.19.0 run of Llama-3.1-8B on one H100 (max_num_seqs defaults to 1024 there;
+    the log prints a 1.89 GiB torch peak): the profile's peak is the sampler over 1024 x 128,256
+    logits at 14 B, about 1.7 GiB, not the 28 B (3.4 GiB) kvplan charged before."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest, plan
+    from kvplan.models import load_model
+
+    r = plan(PlanRequest(load_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("H100"), vllm_version="0.19.0",
+                         max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
+    assert r.flags.max_num_seqs == 1024
+    sampler_gib = 1024 * 128256 * 14 / 2**30
+    assert sampler_gib < r.memory.activation_peak_gib < sampler_gib + 0.1  # plus the hidden states
+    assert abs(r.memory.available_kv_cache_gib - 58.11) < 0.5  # the log's figure
 
 
 def test_native_sampler_sorts_from_0_8_and_v1_before_0_8_ran_no_sampler():

@@ -85,6 +85,16 @@ SAMPLER_NATIVE_BYTES_PER_LOGIT = 28
 SAMPLER_NATIVE_SORT_BYTES_PER_LOGIT = 38
 SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT = 50
 
+# From 0.17.0 the native path on CUDA runs top-k/top-p as one Triton kernel from 8 rows
+# (``apply_top_k_top_p``: ``if HAS_TRITON and logits.shape[0] >= 8: apply_top_k_top_p_triton``,
+# read in the 0.17.0 and 0.19.0 wheels), which masks the float32 logits in place; then
+# ``forward_native`` takes ``logits.softmax(dim=-1, dtype=torch.float32)`` (4 B) and
+# ``random_sample`` ``torch.empty_like(probs)`` (4 B, divided in place): 2 + 4 + 4 + 4 = 14 B.
+# Not counted: the kernel's cached scratch buffer, min(SMs, rows) rows of the vocabulary in
+# float32 (132 rows on an H100: 0.06 GiB for a 128k vocabulary).
+SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT = 14
+TRITON_TOPK_TOPP_MIN_ROWS = 8
+
 
 @dataclass(frozen=True)
 class BudgetTerms:
@@ -169,9 +179,9 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     versions samples natively (TopKTopPSampler.__init__: "FlashInfer is not available. Falling back
     to the PyTorch-native implementation"); neither do 0.8.x and 0.9.x, and 0.8.0-0.8.5 also fall
     back with a FlashInfer of 0.2.3 or newer installed. The native path of 0.8-0.16 peaks in
-    ``torch.sort`` (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); other versions' native path
-    keeps the 28 B read before (0.18 and 0.19 run a Triton top-k/top-p kernel from 8 rows, not
-    derived)."""
+    ``torch.sort`` (:func:`native_sort_bytes_per_logit`, ``rows`` × ``vocab`` logits); 0.17+ runs a
+    Triton top-k/top-p kernel from 8 rows (SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT) and the same sort
+    below; other versions' native path keeps the 28 B read before."""
     if sem.engine == "V0":
         return V0_SAMPLER_BYTES_PER_LOGIT
     if device != "cuda":
@@ -181,6 +191,10 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     if flashinfer:
         return SAMPLER_FLASHINFER_BYTES_PER_LOGIT
     if sem.native_sampler_sorts_logits:
+        return native_sort_bytes_per_logit(rows, vocab)
+    if sem.native_sampler_triton_topk_topp:
+        if rows >= TRITON_TOPK_TOPP_MIN_ROWS:
+            return SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT
         return native_sort_bytes_per_logit(rows, vocab)
     return SAMPLER_NATIVE_BYTES_PER_LOGIT
 

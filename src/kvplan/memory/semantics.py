@@ -352,10 +352,17 @@ class VllmSemantics:
         logits (budget.native_sort_bytes_per_logit). ``apply_top_k_top_p`` calls
         ``logits.sort(dim=-1, descending=False)`` whenever top-p is set, and ``_dummy_sampler_run``
         sets top_p=0.9 and top_k=vocab-1 in every version read: 0.8.0, 0.8.1, 0.8.2, 0.8.5,
-        0.9.0.1, 0.9.2, 0.10.0, 0.10.1, 0.11.0-0.11.2, 0.12.0, 0.15.1 and 0.16.0. 0.18 sorts only
-        below 8 rows (Triton above; 0.17 not read). Before 0.8 V1's profile ran no sampler
-        (:attr:`v1_profile_logits`)."""
+        0.9.0.1, 0.9.2, 0.10.0, 0.10.1, 0.11.0-0.11.2, 0.12.0, 0.15.1 and 0.16.0. From 0.17 it
+        sorts only below 8 rows (:attr:`native_sampler_triton_topk_topp`). Before 0.8 V1's profile
+        ran no sampler (:attr:`v1_profile_logits`)."""
         return (0, 8) <= self.version < (0, 17)
+
+    @property
+    def native_sampler_triton_topk_topp(self) -> bool:
+        """0.17+: the native top-k/top-p on CUDA is one in-place Triton kernel from 8 rows
+        (``apply_top_k_top_p_triton``, read in the 0.17.0, 0.18 and 0.19.0 wheels), torch's sort
+        below (budget.SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT)."""
+        return self.version >= (0, 17)
 
     @property
     def v1_profile_logits(self) -> str:

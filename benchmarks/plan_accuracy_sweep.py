@@ -1,0 +1,135 @@
+"""plan_accuracy cases from llm-d-planner's own vLLM 0.19.0 sweep on one H100 80GB
+(benchmarks/data/llm_d_planner_v0.19.0_h100.csv, rebuilt and checked against each run's log by
+scripts/build_planner_sweep.py; Apache-2.0). Validation only: nothing in kvplan is fitted to them.
+
+The peer (the best-scoring one the issue names) published these runs and its own prediction of each,
+so they are scored side by side: kvplan's error and llm-d-planner's on the same run.
+
+Models: kvplan's catalog where it has the id; otherwise the catalog model the checkpoint is built on,
+with the fields that differ (CodeLlama's vocabulary and RoPE base, RedHat's compressed-tensors
+quantization), or the config.json fields written out (recalled from the models' Hugging Face configs;
+each one is confirmed by the run's own "Model loading took" weights, printed beside the score).
+Runs of models kvplan cannot express from their config are listed with why, not scored.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data" / "llm_d_planner_v0.19.0_h100.csv"
+SOURCE = ("https://github.com/llm-d-incubation/llm-d-planner/tree/d3121e059da88662db39a926a3ead964be97359b/"
+          "accuracy/results/v0.19.0")
+
+_FP8_DYNAMIC = {"quant_method": "compressed-tensors", "format": "float-quantized",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+_W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized",
+         "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}}
+_W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}
+
+#: {model id: (catalog model it is built on, the config fields that differ)}
+BUILT_ON = {
+    "codellama/CodeLlama-7b-hf": ("meta-llama/Llama-2-7b-hf",
+                                  {"vocab_size": 32016, "rope_theta": 1000000.0, "max_position_embeddings": 16384}),
+    "deepseek-ai/DeepSeek-V2-Lite-Chat": ("deepseek-ai/DeepSeek-V2-Lite", {}),
+    "moonshotai/Kimi-Dev-72B": ("Qwen/Qwen2.5-72B-Instruct", {}),  # a Qwen2.5-72B fine-tune, same config.json geometry
+    "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": ("meta-llama/Llama-3.3-70B-Instruct",
+                                                    {"quantization_config": _FP8_DYNAMIC}),
+    "redhatai/Llama-3.3-70B-Instruct-quantized.w8a8": ("meta-llama/Llama-3.3-70B-Instruct",
+                                                       {"quantization_config": _W8A8}),
+    "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16": ("meta-llama/Llama-3.1-8B-Instruct",
+                                                            {"quantization_config": _W4A16}),
+    "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8": ("meta-llama/Llama-3.1-8B-Instruct",
+                                                           {"quantization_config": _W8A8}),
+    "RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic": ("Qwen/Qwen2.5-7B-Instruct", {"quantization_config": _FP8_DYNAMIC}),
+    "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": ("Qwen/Qwen2.5-7B-Instruct", {"quantization_config": _W8A8}),
+}
+
+#: config.json fields of models the catalog lacks (recalled; the run's logged weights confirm each)
+CONFIGS = {
+    "google/gemma-7b": {
+        "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+        "vocab_size": 256000, "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": True},
+    "ibm-granite/granite-3.1-2b-instruct": {
+        "architectures": ["GraniteForCausalLM"], "model_type": "granite", "hidden_size": 2048,
+        "intermediate_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 49155, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+        "tie_word_embeddings": True},
+    "ibm-granite/granite-3.1-8b-instruct": {
+        "architectures": ["GraniteForCausalLM"], "model_type": "granite", "hidden_size": 4096,
+        "intermediate_size": 12800, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 49155, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+        "tie_word_embeddings": True},
+    "microsoft/phi-2": {
+        "architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 51200,
+        "max_position_embeddings": 2048, "partial_rotary_factor": 0.4, "torch_dtype": "float16",
+        "tie_word_embeddings": False},
+    "Qwen/Qwen1.5-MoE-A2.7B": {
+        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+        "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+        "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936,
+        "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": False},
+}
+CONFIGS["ibm-granite/granite-3.3-8b-instruct"] = CONFIGS["ibm-granite/granite-3.1-8b-instruct"]
+
+#: runs not scored, with why (kvplan cannot build these models' towers from a recalled config)
+NOT_EXPRESSED = {
+    "ibm-granite/granite-vision-3.3-2b": "LlavaNext vision tower (SigLIP) not modelled from a recalled config",
+    "moonshotai/Kimi-VL-A3B-Instruct": "custom (trust_remote_code) MoonViT + DeepSeek-V3 text model; config not at hand",
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": "Pixtral vision tower config not at hand",
+    "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8": "Pixtral vision tower config not at hand",
+}
+
+_QUANT_FAMILY = {"compressed-tensors", "gptq_marlin", "fp8", "mxfp4"}
+
+
+def family(spec, quantization: str) -> str:
+    parts = [label for cond, label in ((spec.has_vision, "multimodal"), (spec.is_mla, "MLA"), (spec.is_moe, "MoE"),
+                                       (quantization in _QUANT_FAMILY or spec.quantization is not None, "quantized"))
+             if cond]
+    return " ".join(parts) or "dense"
+
+
+def sweep_rows() -> list[dict]:
+    """The CSV's runs, as dicts of their columns (numbers converted)."""
+    with DATA.open() as f:
+        lines = [line for line in f if not line.startswith("#")]
+    rows = []
+    for row in csv.DictReader(lines):
+        for key in ("tp", "pp", "max_model_len"):
+            row[key] = int(row[key])
+        for key in ("gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "kv_cache_memory_gib"):
+            row[key] = float(row[key])
+        row["peer_pred_kv_cache_memory_gib"] = (float(row["peer_pred_kv_cache_memory_gib"])
+                                                if row["peer_pred_kv_cache_memory_gib"] else None)
+        rows.append(row)
+    return rows
+
+
+def model_config(model_id: str):
+    """A catalog id, or a config dict; None when the model is in NOT_EXPRESSED."""
+    from kvplan.models import load_model
+
+    if model_id in NOT_EXPRESSED:
+        return None
+    if model_id in BUILT_ON:
+        base, fields = BUILT_ON[model_id]
+        return {**load_model(base).raw, **fields}
+    if model_id in CONFIGS:
+        return dict(CONFIGS[model_id])
+    return model_id
+
+
+def plan_flags(row: dict) -> dict:
+    """The run's non-default args as PlanRequest fields (the CSV's columns are the log's)."""
+    flags = {"tensor_parallel_size": row["tp"], "pipeline_parallel_size": row["pp"],
+             "max_model_len": row["max_model_len"], "gpu_memory_utilization": row["gpu_memory_utilization"],
+             "dtype": row["dtype"].replace("torch.", "")}
+    if row["kv_cache_dtype"] != "auto":
+        flags["kv_cache_dtype"] = row["kv_cache_dtype"]
+    if row["quantization"] == "fp8":  # --quantization fp8 on a bf16 checkpoint (online dynamic fp8)
+        flags["quantization"] = "fp8"
+    return flags

@@ -1,0 +1,76 @@
+"""Rebuild benchmarks/data/llm_d_planner_v0.19.0_h100.csv: the measured start-up figures of
+llm-d-planner's own vLLM 0.19.0 sweep on one H100 80GB (59 runs that started, 34 models), with the
+peer's own prediction of each, for benchmarks/plan_accuracy.py.
+
+Source: llm-d-incubation/llm-d-planner (Apache-2.0), commit d3121e059da88662db39a926a3ead964be97359b
+("Add logs", 2026-04-22, on a pull-request ref), files accuracy/results/v0.19.0/results_raw.csv (their
+parser's reading of each log), results_predicted.csv (their planner's prediction) and logs/*.log (the
+full DEBUG-level start-up logs). Every row's measured figures are checked here against its log's own
+printed lines ("Available KV cache memory: X GiB", "Model loading took X GiB", the non-default args);
+a row whose log disagrees stops the build. Only figures are copied, no log text.
+
+Usage: python scripts/build_planner_sweep.py /path/to/llm-d-planner/git-dir
+(for example the mirror the `fetch` tool made: /work/.mirror/llm-d-incubation+llm-d-planner/repo).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+COMMIT = "d3121e059da88662db39a926a3ead964be97359b"
+BASE = "accuracy/results/v0.19.0"
+OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "llm_d_planner_v0.19.0_h100.csv"
+COLUMNS = ("log_file", "model", "tp", "pp", "max_model_len", "dtype", "quantization", "kv_cache_dtype",
+           "gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "activation_memory_gib",
+           "non_torch_forward_gib", "kv_cache_memory_gib", "kv_cache_tokens", "peer_pred_kv_cache_memory_gib")
+KEY = ("model", "tp", "pp", "dp", "max_model_len", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization")
+
+
+def _show(repo: str, path: str) -> str:
+    return subprocess.run(["git", "-C", repo, "show", f"{COMMIT}:{path}"], check=True, capture_output=True,
+                          text=True, errors="replace").stdout
+
+
+def _check_against_log(repo: str, row: dict) -> None:
+    text = _show(repo, f"{BASE}/logs/{row['log_file']}")
+    kv = [float(x) for x in re.findall(r"Available KV cache memory: (-?[0-9.]+) GiB", text)]
+    loading = [float(x) for x in re.findall(r"Model loading took ([0-9.]+) GiB", text)]
+    if not kv or abs(min(kv) - float(row["kv_cache_memory_gib"])) > 1e-9:
+        raise SystemExit(f"{row['log_file']}: the log prints {kv}, the CSV {row['kv_cache_memory_gib']}")
+    if not loading or abs(loading[0] - float(row["weight_memory_gib"])) > 1e-9:
+        raise SystemExit(f"{row['log_file']}: the log loads {loading}, the CSV {row['weight_memory_gib']}")
+    args = re.search(r"non-default args: (\{.*\})", text)
+    if not args or f"'model': '{row['model']}'" not in args.group(1):
+        raise SystemExit(f"{row['log_file']}: the non-default args do not name {row['model']}")
+    if f"version {row['_version']}" not in text:
+        raise SystemExit(f"{row['log_file']}: no 'version {row['_version']}' banner")
+
+
+def main(repo: str) -> None:
+    raw = list(csv.DictReader(io.StringIO(_show(repo, f"{BASE}/results_raw.csv"))))
+    pred = list(csv.DictReader(io.StringIO(_show(repo, f"{BASE}/results_predicted.csv"))))
+    peer = {tuple(p[k] for k in KEY): p["pred_kv_cache_memory_gib"] for p in pred}
+    out = []
+    for row in raw:
+        # "ok" runs only: a failed run's log may stop before or after its KV line
+        if row["status"] != "ok" or not row["kv_cache_memory_gib"]:
+            continue
+        row["_version"] = "0.19.0"
+        _check_against_log(repo, row)
+        out.append({**{c: row.get(c, "") for c in COLUMNS}, "weights_memory_gib": row["weight_memory_gib"],
+                    "peer_pred_kv_cache_memory_gib": peer.get(tuple(row[k] for k in KEY), "")})
+    with OUT.open("w", newline="") as f:
+        f.write(f"# llm-d-incubation/llm-d-planner@{COMMIT} {BASE} (Apache-2.0); "
+                "rebuilt by scripts/build_planner_sweep.py; checked against each run's log\n")
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(out)
+    print(f"{OUT}: {len(out)} runs")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/work/.mirror/llm-d-incubation+llm-d-planner/repo")
