@@ -1,0 +1,48 @@
+"""llm-d-planner's vLLM 0.19.0 H100 sweep (benchmarks/data/llm_d_planner_v0.19.0_h100.csv, its
+figures checked against each run's log when scripts/build_planner_sweep.py rebuilt it): the configs
+written out for models the catalog lacks are confirmed by each run's logged weights, and the
+estimate of single-GPU runs stays where the source-derived sampler rule put it (a regression guard on
+validation data, not a fit: nothing in kvplan reads these numbers)."""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import plan_accuracy_sweep as sweep
+
+from kvplan.hardware import find_gpu
+from kvplan.memory import PlanRequest, plan
+from kvplan.models import load_model, spec_from_config
+
+ROWS = sweep.sweep_rows()
+
+
+def _plan(row):
+    model = sweep.model_config(row["model"])
+    spec = spec_from_config(model, row["log_file"], name=row["model"]) if isinstance(model, dict) else load_model(model)
+    return plan(PlanRequest(spec, find_gpu("H100"), vllm_version="0.19.0", engine="V1", **sweep.plan_flags(row)),
+                what_ifs=False)
+
+
+def test_the_sweep_data_is_the_checked_build():
+    assert len(ROWS) == 59 and all(r["init_total_memory_gib"] == 79.19 for r in ROWS)
+    assert set(sweep.NOT_EXPRESSED) <= {r["model"] for r in ROWS}
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["model"] not in sweep.NOT_EXPRESSED],
+                         ids=lambda r: r["log_file"].removesuffix(".log"))
+def test_each_run_s_weights_confirm_the_model_kvplan_builds(row):
+    got = _plan(row).memory.weights_gib_per_gpu
+    assert got == pytest.approx(row["weights_memory_gib"], rel=0.025), (got, row["weights_memory_gib"])
+
+
+def test_single_gpu_runs_estimate_within_half_a_gib_at_the_median():
+    errors = [abs(_plan(r).memory.available_kv_cache_gib - r["kv_cache_memory_gib"]) for r in ROWS
+              if r["tp"] == 1 and r["pp"] == 1 and r["model"] not in sweep.NOT_EXPRESSED]
+    assert len(errors) >= 35
+    assert statistics.median(errors) < 0.5
+    assert max(errors) < 1.0
