@@ -6,7 +6,7 @@ with the one vLLM printed. Per log it prints the error in GiB and in % of the me
 whether kvplan's start/fail verdict matches vLLM's, and the summary overall, per family and per
 version. Logs marked ``dev`` belong to the development set the fitted non-torch constants were
 fitted to (memory/budget.py); they are reported apart from the validation logs. The runs of
-llm-d-planner's own vLLM 0.19.0 H100 sweep (plan_accuracy_sweep.py; figures checked against each
+llm-d-planner's own H100 sweeps (plan_accuracy_sweep.py; the 0.19.0 figures checked against each
 run's log) are validation too, scored beside the peer's own prediction of each. Usage:
 
     .venv/bin/python benchmarks/plan_accuracy.py [--json]
@@ -202,7 +202,7 @@ def run() -> list[dict]:
 
 
 def sweep_run() -> list[dict]:
-    """llm-d-planner's own vLLM 0.19.0 H100 sweep (plan_accuracy_sweep.py): every run started, so
+    """llm-d-planner's own H100 sweeps (plan_accuracy_sweep.py): every run started, so
     the verdict is right when kvplan says it starts; the peer's own prediction rides along."""
     rows = []
     h100 = find_gpu("H100")  # the logs print 79.19 GiB, the catalog's H100-SXM5-80GB
@@ -214,11 +214,11 @@ def sweep_run() -> list[dict]:
             continue
         spec = (spec_from_config(model, run_row["log_file"], name=run_row["model"]) if isinstance(model, dict)
                 else load_model(model))
-        r = plan(PlanRequest(spec, h100, vllm_version="0.19.0", engine="V1", **sweep.plan_flags(run_row)),
-                 what_ifs=False)
+        r = plan(PlanRequest(spec, h100, vllm_version=run_row["vllm_version"], engine="V1",
+                             **sweep.plan_flags(run_row)), what_ifs=False)
         est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_gib"]
         peer = run_row["peer_pred_kv_cache_memory_gib"]
-        rows.append({"log": name, "vllm": "0.19.0", "family": sweep.family(spec, run_row["quantization"]),
+        rows.append({"log": name, "vllm": run_row["vllm_version"], "family": sweep.family(spec, run_row["quantization"]),
                      "set": "sweep", "excluded_because": None, "model": run_row["model"],
                      "gpu_gib": round(h100.memory_gib, 2), "tp": run_row["tp"], "measured_gib": measured,
                      "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
@@ -264,7 +264,7 @@ def main() -> None:
     print("\nall         " + _summary(scored))
     print("validation  " + _summary(val) + "   (logs nothing was fitted to: the threads' logs and the sweep)")
     print("  threads   " + _summary([r for r in val if r["set"] == "validation"]))
-    print("  sweep     " + _summary(swept) + f"   (llm-d-planner's vLLM 0.19.0 H100 runs, {sweep.SOURCE})")
+    print("  sweep     " + _summary(swept) + f"   (llm-d-planner's H100 runs, {sweep.SOURCE})")
     print("dev set     " + _summary(dev) + "   (the non-torch constants were fitted to these)")
     with_peer = [r for r in swept if r["peer_error_gib"] is not None]
     if with_peer:

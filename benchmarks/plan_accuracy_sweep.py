@@ -1,6 +1,7 @@
-"""plan_accuracy cases from llm-d-planner's own vLLM 0.19.0 sweep on one H100 80GB
-(benchmarks/data/llm_d_planner_v0.19.0_h100.csv, rebuilt and checked against each run's log by
-scripts/build_planner_sweep.py; Apache-2.0). Validation only: nothing in kvplan is fitted to them.
+"""plan_accuracy cases from llm-d-planner's own sweeps on one H100 80GB
+(benchmarks/data/llm_d_planner_h100.csv, rebuilt by scripts/build_planner_sweep.py; Apache-2.0):
+59 vLLM 0.19.0 runs checked against each run's log, and their Qwen3-14B version sweep (0.15.0-0.18.0,
+their parser's figures; the logs are not published). Validation only: nothing in kvplan is fitted to them.
 
 The peer (the best-scoring one the issue names) published these runs and its own prediction of each,
 so they are scored side by side: kvplan's error and llm-d-planner's on the same run.
@@ -16,9 +17,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data" / "llm_d_planner_v0.19.0_h100.csv"
+DATA = Path(__file__).resolve().parent / "data" / "llm_d_planner_h100.csv"
 SOURCE = ("https://github.com/llm-d-incubation/llm-d-planner/tree/d3121e059da88662db39a926a3ead964be97359b/"
-          "accuracy/results/v0.19.0")
+          "accuracy/results/{v0.19.0,version-sweep}")
 
 _FP8_DYNAMIC = {"quant_method": "compressed-tensors", "format": "float-quantized",
                 "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}

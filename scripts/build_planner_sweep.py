@@ -1,4 +1,4 @@
-"""Rebuild benchmarks/data/llm_d_planner_v0.19.0_h100.csv: the measured start-up figures of
+"""Rebuild benchmarks/data/llm_d_planner_h100.csv: the measured start-up figures of
 llm-d-planner's own vLLM 0.19.0 sweep on one H100 80GB (59 runs that started, 34 models), with the
 peer's own prediction of each, for benchmarks/plan_accuracy.py.
 
@@ -7,7 +7,10 @@ Source: llm-d-incubation/llm-d-planner (Apache-2.0), commit d3121e059da88662db39
 parser's reading of each log), results_predicted.csv (their planner's prediction) and logs/*.log (the
 full DEBUG-level start-up logs). Every row's measured figures are checked here against its log's own
 printed lines ("Available KV cache memory: X GiB", "Model loading took X GiB", the non-default args);
-a row whose log disagrees stops the build. Only figures are copied, no log text.
+a row whose log disagrees stops the build. Only figures are copied, no log text. The same commit's
+accuracy/results/version-sweep/runs/*.json (Qwen3-14B on one H100 with vLLM 0.15.0-0.18.0, their
+parser's figures; the logs are not in the repository) are added as rows with
+checked_against_log = no.
 
 Usage: python scripts/build_planner_sweep.py /path/to/llm-d-planner/git-dir
 (for example the mirror the `fetch` tool made: /work/.mirror/llm-d-incubation+llm-d-planner/repo).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import subprocess
 import sys
@@ -23,8 +27,8 @@ from pathlib import Path
 
 COMMIT = "d3121e059da88662db39a926a3ead964be97359b"
 BASE = "accuracy/results/v0.19.0"
-OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "llm_d_planner_v0.19.0_h100.csv"
-COLUMNS = ("log_file", "model", "tp", "pp", "max_model_len", "dtype", "quantization", "kv_cache_dtype",
+OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "llm_d_planner_h100.csv"
+COLUMNS = ("log_file", "vllm_version", "checked_against_log", "model", "tp", "pp", "max_model_len", "dtype", "quantization", "kv_cache_dtype",
            "gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "activation_memory_gib",
            "non_torch_forward_gib", "kv_cache_memory_gib", "kv_cache_tokens", "peer_pred_kv_cache_memory_gib")
 KEY = ("model", "tp", "pp", "dp", "max_model_len", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization")
@@ -50,6 +54,29 @@ def _check_against_log(repo: str, row: dict) -> None:
         raise SystemExit(f"{row['log_file']}: no 'version {row['_version']}' banner")
 
 
+def _version_sweep(repo: str) -> list[dict]:
+    listing = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", f"{COMMIT}:accuracy/results/version-sweep/runs"],
+                             check=True, capture_output=True, text=True).stdout.split()
+    rows = []
+    for name in sorted(listing):
+        run = json.loads(_show(repo, f"accuracy/results/version-sweep/runs/{name}"))
+        version = re.search(r"vllm-v(\d+)-(\d+)-(\d+)", name)
+        args = run["vllm_args"]
+        if not version or args["dtype"] != "auto" or args["quantization"] or args["kv_cache_dtype"] != "auto":
+            raise SystemExit(f"{name}: not the plain sweep this script expects")
+        rows.append({"log_file": name.replace(".json", ".log"), "vllm_version": ".".join(version.groups()),
+                     "checked_against_log": "no", "model": run["model"], "tp": args["tensor_parallel_size"],
+                     "pp": args["pipeline_parallel_size"], "max_model_len": args["max_model_len"],
+                     "dtype": "torch.bfloat16", "quantization": "None", "kv_cache_dtype": "auto",
+                     "gpu_memory_utilization": args["gpu_memory_utilization"], "init_total_memory_gib": "79.19",
+                     "weights_memory_gib": run["weight_memory_gib"],
+                     "activation_memory_gib": run["activation_memory_gib"],
+                     "non_torch_forward_gib": run["non_torch_forward_memory_gib"],
+                     "kv_cache_memory_gib": run["kv_cache_memory_gib"], "kv_cache_tokens": run["kv_cache_tokens"],
+                     "peer_pred_kv_cache_memory_gib": ""})
+    return rows
+
+
 def main(repo: str) -> None:
     raw = list(csv.DictReader(io.StringIO(_show(repo, f"{BASE}/results_raw.csv"))))
     pred = list(csv.DictReader(io.StringIO(_show(repo, f"{BASE}/results_predicted.csv"))))
@@ -62,7 +89,9 @@ def main(repo: str) -> None:
         row["_version"] = "0.19.0"
         _check_against_log(repo, row)
         out.append({**{c: row.get(c, "") for c in COLUMNS}, "weights_memory_gib": row["weight_memory_gib"],
+                    "vllm_version": "0.19.0", "checked_against_log": "yes",
                     "peer_pred_kv_cache_memory_gib": peer.get(tuple(row[k] for k in KEY), "")})
+    out += _version_sweep(repo)
     with OUT.open("w", newline="") as f:
         f.write(f"# llm-d-incubation/llm-d-planner@{COMMIT} {BASE} (Apache-2.0); "
                 "rebuilt by scripts/build_planner_sweep.py; checked against each run's log\n")

@@ -1,4 +1,4 @@
-"""llm-d-planner's vLLM 0.19.0 H100 sweep (benchmarks/data/llm_d_planner_v0.19.0_h100.csv, its
+"""llm-d-planner's vLLM 0.19.0 H100 sweep (benchmarks/data/llm_d_planner_h100.csv, its
 figures checked against each run's log when scripts/build_planner_sweep.py rebuilt it): the configs
 written out for models the catalog lacks are confirmed by each run's logged weights, and the
 estimate of single-GPU runs stays where the source-derived sampler rule put it (a regression guard on
@@ -24,12 +24,13 @@ ROWS = sweep.sweep_rows()
 def _plan(row):
     model = sweep.model_config(row["model"])
     spec = spec_from_config(model, row["log_file"], name=row["model"]) if isinstance(model, dict) else load_model(model)
-    return plan(PlanRequest(spec, find_gpu("H100"), vllm_version="0.19.0", engine="V1", **sweep.plan_flags(row)),
-                what_ifs=False)
+    return plan(PlanRequest(spec, find_gpu("H100"), vllm_version=row["vllm_version"], engine="V1",
+                            **sweep.plan_flags(row)), what_ifs=False)
 
 
 def test_the_sweep_data_is_the_checked_build():
-    assert len(ROWS) == 59 and all(r["init_total_memory_gib"] == 79.19 for r in ROWS)
+    assert len(ROWS) == 63 and all(r["init_total_memory_gib"] == 79.19 for r in ROWS)
+    assert sum(1 for r in ROWS if r["checked_against_log"] == "yes" and r["vllm_version"] == "0.19.0") == 59
     assert set(sweep.NOT_EXPRESSED) <= {r["model"] for r in ROWS}
 
 
@@ -38,6 +39,19 @@ def test_the_sweep_data_is_the_checked_build():
 def test_each_run_s_weights_confirm_the_model_kvplan_builds(row):
     got = _plan(row).memory.weights_gib_per_gpu
     assert got == pytest.approx(row["weights_memory_gib"], rel=0.025), (got, row["weights_memory_gib"])
+
+
+def test_the_version_sweep_shows_the_sampler_change_at_0_17():
+    """Qwen3-14B on one H100: 0.15/0.16 sort the logits (38 B per logit), 0.17/0.18 run the Triton
+    kernel (14 B); the measured KV memory steps up by 3.4 GiB between them and so does kvplan's."""
+    by_version = {r["vllm_version"]: r for r in ROWS if r["model"] == "Qwen/Qwen3-14B"}
+    assert sorted(by_version) == ["0.15.0", "0.16.0", "0.17.0", "0.18.0"]
+    for version, row in by_version.items():
+        assert abs(_plan(row).memory.available_kv_cache_gib - row["kv_cache_memory_gib"]) < 0.4, version
+    step = by_version["0.17.0"]["kv_cache_memory_gib"] - by_version["0.16.0"]["kv_cache_memory_gib"]
+    ours = (_plan(by_version["0.17.0"]).memory.available_kv_cache_gib
+            - _plan(by_version["0.16.0"]).memory.available_kv_cache_gib)
+    assert step == pytest.approx(3.4, abs=0.05) and ours == pytest.approx(step, abs=0.2)
 
 
 def test_single_gpu_runs_estimate_within_half_a_gib_at_the_median():
