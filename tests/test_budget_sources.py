@@ -341,3 +341,49 @@ def test_a_qwen_vl_tower_is_sharded_over_tensor_parallel_ranks():
     whole = 32 * 9 * 1280 + 14 * 14 * 3 * 2 * 1280
     assert two - whole == (one - whole) // 2
     assert params.count_params(spec) - params.count_params(spec, include_vision=False) == one
+
+
+def test_flashinfer_allreduce_fusion_workspace_is_three_multicast_granules():
+    """vLLM 0.17-0.21 build FlashInfer's all-reduce + RMSNorm fusion workspace at TP 2/4/8 on SM90/SM100
+    NVSwitch GPUs while the profile run compiles; FlashInfer 0.6.4-0.6.8 rounds each of its three
+    buffers up to the recommended multicast granularity (512 MiB assumed): 1.5 GiB of non-torch memory,
+    whatever the hidden size (memory/budget.py)."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest
+    from kvplan.memory._resolve import resolve
+    from kvplan.memory.budget import MULTICAST_GRANULARITY_BYTES, allreduce_fusion_workspace_bytes
+    from kvplan.models import load_model
+
+    def workspace(gpu="H100", version="0.19.0", tp=2, **kw):
+        model = load_model(kw.pop("model", "meta-llama/Llama-3.1-8B-Instruct"))
+        config = resolve(PlanRequest(model, find_gpu(gpu), tensor_parallel_size=tp, vllm_version=version,
+                                     max_model_len=8192, **kw))
+        return allreduce_fusion_workspace_bytes(config, 8192)
+
+    three = 3 * MULTICAST_GRANULARITY_BYTES
+    assert three == 1536 * 2**20
+    for version in ("0.17.0", "0.18.0", "0.19.0", "0.20.0", "0.21.0"):
+        assert workspace(version=version) == three, version
+    assert workspace(tp=4) == workspace(tp=8) == three
+    assert workspace(model="Qwen/Qwen2.5-72B-Instruct") == three  # hidden 8192: fewer tokens, same granules
+    assert workspace(gpu="H200") == workspace(gpu="B200") == three
+    assert workspace(tp=1) == 0  # no all-reduce
+    assert workspace(version="0.16.0") == 0 and workspace(version="0.22.0") == 0  # off / not read
+    assert workspace(gpu="H100-PCIE") == 0 and workspace(gpu="H100-NVL") == 0  # no NVSwitch multicast
+    assert workspace(gpu="A100-80GB") == 0  # SM80: the fusion is off
+    assert workspace(enforce_eager=True) == 0  # nothing compiles, no fusion pass
+    assert workspace(pipeline_parallel_size=2) == 0  # 0.17-0.20: PP > 1 turns it off
+    assert workspace(version="0.21.0", pipeline_parallel_size=2) == three
+
+
+def test_a_tight_tp2_h100_plan_of_0_19_charges_the_fusion_workspace():
+    """llm-d-planner's 0.19.0 run of Qwen2.5-72B at TP 2 on H100s left 3.04 GiB of KV memory; the
+    log prints 2.09 GiB of non-torch growth during profiling (0.25 GiB at TP 1)."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest, plan
+    from kvplan.models import load_model
+
+    r = plan(PlanRequest(load_model("Qwen/Qwen2.5-72B-Instruct"), find_gpu("H100"), tensor_parallel_size=2,
+                         vllm_version="0.19.0", max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
+    assert 1.5 < r.memory.non_torch_gib < 2.09
+    assert 3.04 < r.memory.available_kv_cache_gib < 3.04 + 0.8

@@ -36,6 +36,12 @@ class Gpu:
     def supports_fp8(self) -> bool:
         return (self.sm or 0) >= 89 or self.arch == "cdna3"
 
+    @property
+    def nvswitch_multicast(self) -> bool:
+        """Whether the GPU sits on an NVSwitch (HGX / SXM boards: NVLink 4 and 5), where the CUDA
+        driver offers multicast objects; PCIe cards and NVLink-bridge pairs do not."""
+        return bool(self.interconnect) and self.interconnect.startswith(("NVLink 4", "NVLink 5"))
+
 
 def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower()).removeprefix("nvidia-")

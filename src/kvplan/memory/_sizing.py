@@ -126,6 +126,12 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
                      f"tokens ({encoder.patches_per_item:,} patches, the Qwen-VL processors' default largest image): "
                      f"{to_gib(encoder.peak_bytes):.2f} GiB at its peak, charged when it exceeds the language model's "
                      "dummy forward and sampler.")
+    workspace = budget.allreduce_workspace_bytes if source == "estimate" else 0
+    if workspace:
+        notes.append(f"Charged {to_gib(workspace):.2f} GiB per GPU for FlashInfer's all-reduce + RMSNorm fusion "
+                     f"workspace, which vLLM {sem.label} builds at TP {config.tensor_parallel_size} while it "
+                     "profiles: three buffers, each rounded up to the driver's multicast granularity (512 MiB "
+                     "assumed on NVSwitch GPUs). --enforce-eager (no compilation) leaves it out.")
     if blocks.max_concurrency >= config.max_num_seqs and not errors:
         notes.append(f"The KV cache holds {blocks.max_concurrency:.0f} requests of {max_model_len:,} tokens, more "
                      f"than --max-num-seqs {config.max_num_seqs}: the scheduler's limit, not memory, caps concurrency.")

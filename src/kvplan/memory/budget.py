@@ -96,6 +96,54 @@ SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT = 14
 TRITON_TOPK_TOPP_MIN_ROWS = 8
 
 
+# FlashInfer's all-reduce + RMSNorm fusion workspace (vLLM 0.17-0.21 with TP 2/4/8 on SM90/SM100,
+# VllmSemantics.allreduce_rms_fusion_by_default). AllReduceFusionPass.__init__ runs when the profile
+# run compiles the model, after vLLM's snapshot, so its workspace is charged as non-torch memory.
+# vLLM asks for max_token_num = min(FI_ALLREDUCE_FUSION_MAX_SIZE_MB[sm][tp] MiB // (hidden x 2 B),
+# max_num_batched_tokens) (compilation/passes/fusion/allreduce_rms_fusion.py); FlashInfer
+# (0.6.4-0.6.8.post1, the versions 0.17-0.21 pin: comm/trtllm_ar.py::
+# trtllm_create_ipc_workspace_for_all_reduce_fusion with use_symm_dev_mem=True) allocates three
+# buffers, tp x T x H x 2 B, tp x 256 flags x 4 B and 3 x tp x T x H x 2 B (Lamport), each with
+# SymmDeviceMemory, which rounds its size up to the *recommended multicast granularity* even with
+# multicast off (comm/mnnvl.py::_get_allocation_prop). That granularity is the driver's; 512 MiB on
+# Hopper and Blackwell NVSwitch systems is an assumption from public evidence (NCCL 2.19 binding
+# 1 GiB for a 768 MiB NVLS request on 4 H100s, nccl-tests#216; SGLang PR #18341's log of FlashInfer
+# padding a 2 MiB flag buffer to 512 MiB; TensorRT-LLM's "512 MiB on GB200"), not measured here.
+# Every buffer vLLM asks for is far below it, so the workspace is 3 x 512 MiB = 1.5 GiB per GPU.
+# On GPUs without NVSwitch multicast FlashInfer fails to create it and vLLM runs without the fusion.
+MULTICAST_GRANULARITY_BYTES = 512 * MIB
+_FI_FUSION_MAX_SIZE_MIB = {90: {2: 64, 4: 2, 8: 1}, 100: {2: 64, 4: 32, 8: 1}}
+_FI_BARRIER_FLAGS = 256
+_FI_SIGNAL_PAD_BYTES = 2048
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def allreduce_fusion_workspace_bytes(config: ResolvedConfig, max_num_batched_tokens: int) -> int:
+    """Per-GPU bytes of FlashInfer's all-reduce fusion workspace, or 0 where vLLM does not create it
+    (see the comment above: version, TP 2/4/8 on one node, PP and DP 1 before 0.21, SM90 or SM100
+    on an NVSwitch, torch.compile on)."""
+    sem, gpu, tp = config.semantics, config.gpu, config.tensor_parallel_size
+    if config.device != "cuda" or config.request.enforce_eager or not sem.allreduce_rms_fusion_by_default:
+        return 0
+    if tp not in (2, 4, 8) or tp > config.request.gpus_per_node or not gpu.nvswitch_multicast:
+        return 0
+    if sem.allreduce_rms_fusion_needs_single_stage and (config.pipeline_parallel_size > 1
+                                                        or config.data_parallel_size > 1):
+        return 0
+    family = 90 if gpu.sm == 90 else 100 if gpu.sm == 100 or (
+        sem.allreduce_rms_fusion_sm100_family and gpu.sm is not None and gpu.sm // 10 == 10) else None
+    if family is None:
+        return 0
+    hidden, elem = config.model.hidden_size, 2
+    tokens = min(_FI_FUSION_MAX_SIZE_MIB[family][tp] * MIB // (hidden * elem), max_num_batched_tokens)
+    lamport_elem = 4 if config.dtype_bytes == 4 else 2
+    buffers = (tp * tokens * hidden * elem, tp * _FI_BARRIER_FLAGS * 4, 3 * tp * tokens * hidden * lamport_elem)
+    return sum(_round_up(_round_up(b + _FI_SIGNAL_PAD_BYTES, 2 * MIB), MULTICAST_GRANULARITY_BYTES) for b in buffers)
+
+
 @dataclass(frozen=True)
 class BudgetTerms:
     """Every term of the KV budget for one GPU, in bytes; ``source`` says where
@@ -113,6 +161,8 @@ class BudgetTerms:
     source: str
     #: the vision encoder's dummy run, where the profile runs one (kvplan.memory.encoder_profile)
     encoder: Optional[EncoderProfile] = None
+    #: FlashInfer's all-reduce fusion workspace, part of ``non_torch_bytes`` (allreduce_fusion_workspace_bytes)
+    allreduce_workspace_bytes: int = 0
 
     @property
     def non_kv_bytes(self) -> int:
@@ -284,7 +334,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     requested = requested_bytes(total_bytes, gpu_memory_utilization, sem)
     weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
-    non_torch = NON_TORCH_BASE_BYTES + comm
+    fusion_workspace = allreduce_fusion_workspace_bytes(config, max_num_batched_tokens)
+    non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
@@ -301,8 +352,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if multi_gpu else 0)
     if kv_cache_memory_bytes is not None:
         return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder)
+                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder, fusion_workspace)
     charged = weights + non_torch + activation + graphs
     charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
     return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                       preexisting, requested - charged, "estimate", encoder)
+                       preexisting, requested - charged, "estimate", encoder, fusion_workspace)

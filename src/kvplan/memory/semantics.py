@@ -169,6 +169,26 @@ class VllmSemantics:
         return 0
 
     @property
+    def allreduce_rms_fusion_by_default(self) -> bool:
+        """0.17-0.21 turn FlashInfer's all-reduce + RMSNorm fusion on at -O2/-O3 (the default) for
+        TP > 1 on SM90 and SM100 (``config/vllm.py::enable_allreduce_rms_fusion``, read in 0.17.0,
+        0.18.0, 0.19.0, 0.20.0 and 0.21.0; 0.14-0.16 default it off); later versions are not read
+        and keep it out (budget.allreduce_fusion_workspace_bytes)."""
+        return self.engine == "V1" and (0, 17) <= self.version < (0, 22)
+
+    @property
+    def allreduce_rms_fusion_needs_single_stage(self) -> bool:
+        """0.17-0.20 also require pipeline and data parallel size 1 (vLLM issues #34458, #35426); 0.21
+        drops the condition."""
+        return self.version < (0, 21)
+
+    @property
+    def allreduce_rms_fusion_sm100_family(self) -> bool:
+        """0.19+ accept the SM100 family (``is_device_capability_family(100)``: B200, B300); 0.17
+        and 0.18 only capability 10.0."""
+        return self.version >= (0, 19)
+
+    @property
     def subtracts_cudagraph_estimate(self) -> bool:
         """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0."""
         return self.version >= (0, 20)
