@@ -387,3 +387,43 @@ def test_a_tight_tp2_h100_plan_of_0_19_charges_the_fusion_workspace():
                          vllm_version="0.19.0", max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
     assert 1.5 < r.memory.non_torch_gib < 2.09
     assert 3.04 < r.memory.available_kv_cache_gib < 3.04 + 0.8
+
+
+def test_unquantized_moe_workspace_stays_allocated_through_the_sampler_on_0_14_to_0_21():
+    """The modular MoE kernel's workspace lives in vLLM's WorkspaceManager (grown, never freed), so
+    on 0.14-0.21 it adds to the dummy sampler's peak: TritonExperts' workspace1 (M, topk, max(N/2, K))
+    shared with the output (M, K), and workspace2 (M, topk, max(N, K)), in the model dtype."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest
+    from kvplan.memory._resolve import resolve
+    from kvplan.memory.budget import moe_workspace_bytes
+    from kvplan.models import load_model
+
+    def workspace(model="Qwen/Qwen3-30B-A3B", version="0.19.0", tp=1, tokens=8192):
+        config = resolve(PlanRequest(load_model(model), find_gpu("H100"), tensor_parallel_size=tp,
+                                     vllm_version=version, max_model_len=8192))
+        return moe_workspace_bytes(config, tokens)
+
+    # Qwen3-30B-A3B: top-8 of 128, expert width 768, hidden 2048: both workspaces 8192 x 8 x 2048 x 2 B
+    assert workspace() == 2 * 8192 * 8 * 2048 * 2
+    # Mixtral at TP 2: top-2, width 14336 / 2: workspace1 8192 x 2 x 7168, workspace2 8192 x 2 x 14336
+    assert workspace("mistralai/Mixtral-8x7B-Instruct-v0.1", tp=2) == 8192 * 2 * (7168 + 14336) * 2
+    # 0.14-0.17 chunk at 16,384 tokens (the output, M x K, stays inside workspace1 here); 0.18+ do not
+    assert workspace(tokens=32768, version="0.17.0") == workspace(tokens=16384, version="0.17.0")
+    assert workspace(tokens=32768) == 2 * workspace(tokens=16384)
+    assert workspace(version="0.13.0") == 0 and workspace(version="0.22.0") == 0  # per call / not read
+    assert workspace("meta-llama/Llama-3.1-8B-Instruct") == 0  # dense
+    assert workspace("openai/gpt-oss-20b") == 0  # MXFP4 experts: another kernel, not read
+
+
+def test_a_0_19_moe_plan_adds_the_workspace_to_the_sampler_peak():
+    """llm-d-planner's 0.19.0 run of Qwen3-30B-A3B on one H100 prints a 2.68 GiB torch peak: the
+    sampler over 1,024 x 151,936 logits (2.03 GiB) plus the 0.5 GiB MoE workspace and hidden states."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest, plan
+    from kvplan.models import load_model
+
+    r = plan(PlanRequest(load_model("Qwen/Qwen3-30B-A3B"), find_gpu("H100"), vllm_version="0.19.0",
+                         max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
+    assert 2.5 < r.memory.activation_peak_gib < 2.68
+    assert abs(r.memory.available_kv_cache_gib - 15.41) < 0.5

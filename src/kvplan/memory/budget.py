@@ -265,19 +265,44 @@ def profile_logit_rows(sem: VllmSemantics, device: str, flashinfer: bool | None,
 def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
                           max_num_seqs: int, last_stage: bool = True,
                           sampler_bytes: int = SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
-                          rows: Optional[int] = None) -> int:
+                          rows: Optional[int] = None, persistent_bytes: int = 0) -> int:
     """profile_run: ``_dummy_run(max_num_tokens)`` then, on the last PP rank,
     ``_dummy_sampler_run`` over ``min(max_num_seqs, max_num_tokens)`` rows (``rows`` when the
     version computes another number of logit rows, :func:`profile_logit_rows`); the forward's
-    hidden states stay referenced while the sampler runs."""
+    hidden states stay referenced while the sampler runs, and so do ``persistent_bytes`` the forward
+    left allocated (the MoE workspace, :func:`moe_workspace_bytes`)."""
     forward = max_num_batched_tokens * _layer_activation_per_token(spec, tp, dtype_bytes)
     sampler = 0
     if last_stage:
         if rows is None:
             rows = min(max_num_seqs, max_num_batched_tokens)
         sampler = rows * spec.vocab_size * sampler_bytes
-        sampler += max_num_batched_tokens * spec.hidden_size * dtype_bytes
+        sampler += max_num_batched_tokens * spec.hidden_size * dtype_bytes + persistent_bytes
     return int(max(forward, sampler))
+
+
+def moe_workspace_bytes(config: ResolvedConfig, max_num_batched_tokens: int) -> int:
+    """The modular MoE kernel's workspace that 0.14-0.21 keep in the global WorkspaceManager
+    (VllmSemantics.moe_workspace_persists), for unquantized experts on CUDA (the Triton experts,
+    the default backend; quantized experts run other kernels, not read here). TritonExperts.
+    workspace_shapes: workspace1 (M, topk, max(N/2, K)), shared with the output (M, K), and
+    workspace2 (M, topk, max(N, K)), N = 2 × the expert width on this rank, K = hidden size, in the
+    model dtype, each 256-byte aligned (WorkspaceManager.get_simultaneous); sized by the largest MoE
+    layer. 0 where it does not apply."""
+    sem, spec = config.semantics, config.model
+    if config.device != "cuda" or not sem.moe_workspace_persists or config.quantization is not None:
+        return 0
+    tp, dtype_bytes, k_dim = config.tensor_parallel_size, config.dtype_bytes, spec.hidden_size
+    tokens = max_num_batched_tokens
+    chunk = min(tokens, sem.moe_chunk_tokens or tokens)
+    worst = 0
+    for mlp in {layer.mlp for layer in spec.layers if isinstance(layer.mlp, MoEMLP)}:
+        n_dim = (2 if mlp.gated else 1) * mlp.expert_intermediate_size // tp
+        act_out = n_dim // 2 if mlp.gated else n_dim
+        ws13 = max(chunk * mlp.experts_per_token * max(act_out, k_dim), tokens * k_dim) * dtype_bytes
+        ws2 = chunk * mlp.experts_per_token * max(n_dim, k_dim) * dtype_bytes
+        worst = max(worst, _round_up(ws13, 256) + _round_up(ws2, 256))
+    return worst
 
 
 def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_seqs: int,
@@ -339,7 +364,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
-                                       config.max_num_seqs, last_stage, sampler_bytes, rows)
+                                       config.max_num_seqs, last_stage, sampler_bytes, rows,
+                                       moe_workspace_bytes(config, max_num_batched_tokens))
     encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
                              sem.vision_rotary) \
         if device == "cuda" and stage.stage == 0 else None

@@ -169,6 +169,22 @@ class VllmSemantics:
         return 0
 
     @property
+    def moe_workspace_persists(self) -> bool:
+        """0.14-0.21 run unquantized MoE through the modular kernel on CUDA (``self.kernel`` /
+        ``moe_kernel.apply``, the Triton experts by default), whose workspace comes from the global
+        ``WorkspaceManager`` (``v1/worker/workspace.py``: grown, never freed) and so is still
+        allocated when the dummy sampler runs (budget.moe_workspace_bytes; read in 0.14.0, 0.15.1,
+        0.16.0, 0.17.0, 0.18.0, 0.19.0, 0.20.0 and 0.21.0). Earlier versions allocate the
+        intermediate caches per call."""
+        return self.engine == "V1" and (0, 14) <= self.version < (0, 22)
+
+    @property
+    def moe_chunk_tokens(self) -> Optional[int]:
+        """The modular kernel's token chunk: ``VLLM_FUSED_MOE_CHUNK_SIZE`` = 16,384 in 0.14-0.17;
+        0.18+ do not chunk (``M_chunk = M_full``)."""
+        return 16 * 1024 if self.version < (0, 18) else None
+
+    @property
     def allreduce_rms_fusion_by_default(self) -> bool:
         """0.17-0.21 turn FlashInfer's all-reduce + RMSNorm fusion on at -O2/-O3 (the default) for
         TP > 1 on SM90 and SM100 (``config/vllm.py::enable_allreduce_rms_fusion``, read in 0.17.0,
