@@ -236,7 +236,7 @@ def _summary(rows: list[dict]) -> str:
     p90 = errs[min(len(errs) - 1, int(round(0.9 * (len(errs) - 1))))]
     ok = sum(1 for r in rows if abs(r["error_pct"]) <= WITHIN and r["verdict_right"])
     verdict = sum(1 for r in rows if r["verdict_right"])
-    return (f"{len(rows):3d} logs | within ±{WITHIN:g}% and right verdict {ok}/{len(rows)} ({ok / len(rows):.0%}) | "
+    return (f"{len(rows):3d} logs | within ±{WITHIN:g}% and right verdict {ok}/{len(rows)} ({ok / len(rows):.1%}) | "
             f"verdict right {verdict}/{len(rows)} | median |error| {statistics.median(errs):.2f} GiB | "
             f"P90 {p90:.2f} GiB | max {errs[-1]:.2f} GiB")
 

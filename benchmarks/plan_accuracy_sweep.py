@@ -28,8 +28,23 @@ _W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized",
 _W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}
 
+#: Mistral-Small-3.1-24B's language model (recalled config.json text_config; the runs' logged weights,
+#: 44.76 GiB in bf16 and 24.07 GiB in w8a8, confirm it); its Pixtral tower is Ministral-3's
+_MISTRAL_SMALL_31_TEXT = {
+    "model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+    "max_position_embeddings": 131072, "rope_theta": 1000000000.0, "sliding_window": None,
+    "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-05}
+_W8A8_TEXT_ONLY = {**_W8A8, "ignore": ["re:.*vision_tower.*", "re:.*multi_modal_projector.*", "lm_head"]}
+
 #: {model id: (catalog model it is built on, the config fields that differ)}
 BUILT_ON = {
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": ("mistralai/Ministral-3-14B-Instruct-2512",
+                                                      {"text_config": _MISTRAL_SMALL_31_TEXT,
+                                                       "quantization_config": None}),
+    "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8": (
+        "mistralai/Ministral-3-14B-Instruct-2512",
+        {"text_config": _MISTRAL_SMALL_31_TEXT, "quantization_config": _W8A8_TEXT_ONLY}),
     "codellama/CodeLlama-7b-hf": ("meta-llama/Llama-2-7b-hf",
                                   {"vocab_size": 32016, "rope_theta": 1000000.0, "max_position_embeddings": 16384}),
     "deepseek-ai/DeepSeek-V2-Lite-Chat": ("deepseek-ai/DeepSeek-V2-Lite", {}),
@@ -80,8 +95,6 @@ CONFIGS["ibm-granite/granite-3.3-8b-instruct"] = CONFIGS["ibm-granite/granite-3.
 NOT_EXPRESSED = {
     "ibm-granite/granite-vision-3.3-2b": "LlavaNext vision tower (SigLIP) not modelled from a recalled config",
     "moonshotai/Kimi-VL-A3B-Instruct": "custom (trust_remote_code) MoonViT + DeepSeek-V3 text model; config not at hand",
-    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": "Pixtral vision tower config not at hand",
-    "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8": "Pixtral vision tower config not at hand",
 }
 
 _QUANT_FAMILY = {"compressed-tensors", "gptq_marlin", "fp8", "mxfp4"}

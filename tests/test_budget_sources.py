@@ -343,6 +343,19 @@ def test_a_qwen_vl_tower_is_sharded_over_tensor_parallel_ranks():
     assert params.count_params(spec) - params.count_params(spec, include_vision=False) == one
 
 
+def test_a_pixtral_tower_shards_its_blocks_over_tensor_parallel_ranks():
+    """pixtral.py (0.19.0) builds PixtralHF attention and MLP from parallel linears: at TP 2 each rank
+    holds half of the 24 blocks' linears (4·h² + 3·h·I each); the patch embedding, norms and (as
+    kvplan counts it) the projector stay whole. The sweep's Mistral-Small-3.1 w8a8 at TP 2 logs
+    12.11 GiB of weights per GPU."""
+    from kvplan.models import load_model
+
+    spec = load_model("mistralai/Ministral-3-14B-Instruct-2512")
+    h, inter, blocks = 1024, 4096, 24
+    one, two = params.vision_params(spec, 1), params.vision_params(spec, 2)
+    assert one - two == blocks * (4 * h * h + 3 * h * inter) // 2
+
+
 def test_flashinfer_allreduce_fusion_workspace_is_three_multicast_granules():
     """vLLM 0.17-0.21 build FlashInfer's all-reduce + RMSNorm fusion workspace at TP 2/4/8 on SM90/SM100
     NVSwitch GPUs while the profile run compiles; FlashInfer 0.6.4-0.6.8 rounds each of its three

@@ -180,8 +180,11 @@ def vision_params(spec: ModelSpec, tp: int = 1) -> int:
     Qwen-VL-style towers (``spatial_merge_size`` and ``temporal_patch_size``) shard their block and
     merger linears over TP: ``QKVParallelLinear`` / ``ColumnParallelLinear`` / ``RowParallelLinear``
     in ``qwen2_5_vl.py`` of 0.7.3, 0.8.5, 0.9.0.1, 0.10.1.1, 0.11.0 and 0.19.0, under the default
-    ``mm_encoder_tp_mode="weights"``; norms, biases and the patch embedding stay whole. Other towers
-    are counted whole on every rank (not read)."""
+    ``mm_encoder_tp_mode="weights"``; norms, biases and the patch embedding stay whole. Pixtral towers
+    (Mistral-3; ``vision_config.model_type`` "pixtral") shard their blocks the same way
+    (``pixtral.py``: PixtralHFAttention's ``QKVParallelLinear`` / ``RowParallelLinear``, PixtralHFMLP's
+    ``MergedColumnParallelLinear`` / ``RowParallelLinear``, read in 0.19.0); kvplan keeps their
+    projector whole. Other towers are counted whole on every rank (not read)."""
     vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
     if not isinstance(vc, dict):
         return 0
@@ -204,6 +207,8 @@ def vision_params(spec: ModelSpec, tp: int = 1) -> int:
     whole = n * 9 * h + patch * patch * channels * temporal * h
     if tp > 1 and merge > 1 and vc.get("temporal_patch_size"):
         return whole + sharded // tp
+    if tp > 1 and vc.get("model_type") == "pixtral":
+        return whole + proj + (sharded - proj) // tp
     return whole + sharded
 
 
