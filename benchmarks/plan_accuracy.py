@@ -205,22 +205,19 @@ def sweep_run() -> list[dict]:
     """llm-d-planner's own H100 sweeps (plan_accuracy_sweep.py): every run started, so
     the verdict is right when kvplan says it starts; the peer's own prediction rides along."""
     rows = []
-    h100 = find_gpu("H100")  # the logs print 79.19 GiB, the catalog's H100-SXM5-80GB
     for run_row in sweep.sweep_rows():
-        model = sweep.model_config(run_row["model"])
+        spec = sweep.spec_for(run_row)
         name = f"planner:{run_row['log_file'].removesuffix('.log')}"
-        if model is None:
+        if spec is None:
             rows.append({"log": name, "set": "not expressed", "why": sweep.NOT_EXPRESSED[run_row["model"]]})
             continue
-        spec = (spec_from_config(model, run_row["log_file"], name=run_row["model"]) if isinstance(model, dict)
-                else load_model(model))
-        r = plan(PlanRequest(spec, h100, vllm_version=run_row["vllm_version"], engine="V1",
-                             **sweep.plan_flags(run_row)), what_ifs=False)
+        req = sweep.plan_request(run_row, spec)
+        r = plan(req, what_ifs=False)
         est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_gib"]
         peer = run_row["peer_pred_kv_cache_memory_gib"]
         rows.append({"log": name, "vllm": run_row["vllm_version"], "family": sweep.family(spec, run_row["quantization"]),
                      "set": "sweep", "excluded_because": None, "model": run_row["model"],
-                     "gpu_gib": round(h100.memory_gib, 2), "tp": run_row["tp"], "measured_gib": measured,
+                     "gpu_gib": round(req.gpu.memory_gib, 2), "tp": run_row["tp"], "measured_gib": measured,
                      "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
                      "error_pct": round((est - measured) / measured * 100, 2), "verdict_right": bool(r.startup.ok),
                      "weights_gib": round(r.memory.weights_gib_per_gpu, 2),

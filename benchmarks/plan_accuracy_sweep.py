@@ -137,6 +137,25 @@ def model_config(model_id: str):
     return model_id
 
 
+def spec_for(row: dict):
+    """The run's ModelSpec, or None when its model is in NOT_EXPRESSED."""
+    from kvplan.models import load_model, spec_from_config
+
+    model = model_config(row["model"])
+    if model is None:
+        return None
+    return spec_from_config(model, row["log_file"], name=row["model"]) if isinstance(model, dict) else load_model(model)
+
+
+def plan_request(row: dict, spec):
+    """The PlanRequest the run's log describes: one H100-SXM5-80GB (the logs print 79.19 GiB), its
+    vLLM version, V1, and its non-default args."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest
+
+    return PlanRequest(spec, find_gpu("H100"), vllm_version=row["vllm_version"], engine="V1", **plan_flags(row))
+
+
 def plan_flags(row: dict) -> dict:
     """The run's non-default args as PlanRequest fields (the CSV's columns are the log's)."""
     flags = {"tensor_parallel_size": row["tp"], "pipeline_parallel_size": row["pp"],

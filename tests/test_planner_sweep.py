@@ -14,18 +14,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import plan_accuracy_sweep as sweep
 
-from kvplan.hardware import find_gpu
-from kvplan.memory import PlanRequest, plan
-from kvplan.models import load_model, spec_from_config
+from kvplan.memory import plan
 
 ROWS = sweep.sweep_rows()
 
 
 def _plan(row):
-    model = sweep.model_config(row["model"])
-    spec = spec_from_config(model, row["log_file"], name=row["model"]) if isinstance(model, dict) else load_model(model)
-    return plan(PlanRequest(spec, find_gpu("H100"), vllm_version=row["vllm_version"], engine="V1",
-                            **sweep.plan_flags(row)), what_ifs=False)
+    return plan(sweep.plan_request(row, sweep.spec_for(row)), what_ifs=False)
 
 
 def test_the_sweep_data_is_the_checked_build():

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
 from .encoder_profile import EncoderProfile, encoder_profile
+from .kv_specs import cdiv
 from .semantics import VllmSemantics
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ _FI_SIGNAL_PAD_BYTES = 2048
 
 
 def _round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
+    return cdiv(n, to) * to
 
 
 def allreduce_fusion_workspace_bytes(config: ResolvedConfig, max_num_batched_tokens: int) -> int:
@@ -133,10 +134,10 @@ def allreduce_fusion_workspace_bytes(config: ResolvedConfig, max_num_batched_tok
     if sem.allreduce_rms_fusion_needs_single_stage and (config.pipeline_parallel_size > 1
                                                         or config.data_parallel_size > 1):
         return 0
-    family = 90 if gpu.sm == 90 else 100 if gpu.sm == 100 or (
-        sem.allreduce_rms_fusion_sm100_family and gpu.sm is not None and gpu.sm // 10 == 10) else None
-    if family is None:
+    sm100 = gpu.sm == 100 or (sem.allreduce_rms_fusion_sm100_family and (gpu.sm or 0) // 10 == 10)
+    if gpu.sm != 90 and not sm100:
         return 0
+    family = 90 if gpu.sm == 90 else 100
     hidden, elem = config.model.hidden_size, 2
     tokens = min(_FI_FUSION_MAX_SIZE_MIB[family][tp] * MIB // (hidden * elem), max_num_batched_tokens)
     lamport_elem = 4 if config.dtype_bytes == 4 else 2
@@ -203,7 +204,8 @@ def _layer_activation_per_token(spec: ModelSpec, tp: int, dtype_bytes: int) -> f
 
 
 def native_sort_bytes_per_logit(rows: int, vocab: int) -> int:
-    """Peak bytes per logit of the PyTorch-native top-k/top-p on CUDA in vLLM 0.10-0.16: the
+    """Peak bytes per logit of the PyTorch-native top-k/top-p on CUDA in vLLM 0.8-0.16 (and 0.17+
+    below 8 rows, where the Triton kernel does not run): the
     ``torch.sort`` of ``rows`` × ``vocab`` float32 logits (see the constants; the path follows
     ``launch_stable_sort_kernel``'s choice by rows and row length)."""
     if rows == 1:
