@@ -213,7 +213,9 @@ def sweep_run() -> list[dict]:
             continue
         req = sweep.plan_request(run_row, spec)
         r = plan(req, what_ifs=False)
-        est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_gib"]
+        # the smallest worker's KV memory, which vLLM sizes the blocks by (the first rank's printed
+        # figure is larger with PP: the last stage also runs the sampler)
+        est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_min_gib"]
         peer = run_row["peer_pred_kv_cache_memory_gib"]
         rows.append({"log": name, "vllm": run_row["vllm_version"], "family": sweep.family(spec, run_row["quantization"]),
                      "set": "sweep", "excluded_because": None, "model": run_row["model"],

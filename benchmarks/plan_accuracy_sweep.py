@@ -115,7 +115,8 @@ def sweep_rows() -> list[dict]:
     for row in csv.DictReader(lines):
         for key in ("tp", "pp", "max_model_len"):
             row[key] = int(row[key])
-        for key in ("gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "kv_cache_memory_gib"):
+        for key in ("gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "kv_cache_memory_gib",
+                    "kv_cache_memory_min_gib"):
             row[key] = float(row[key])
         row["peer_pred_kv_cache_memory_gib"] = (float(row["peer_pred_kv_cache_memory_gib"])
                                                 if row["peer_pred_kv_cache_memory_gib"] else None)

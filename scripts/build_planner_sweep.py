@@ -7,7 +7,9 @@ Source: llm-d-incubation/llm-d-planner (Apache-2.0), commit d3121e059da88662db39
 parser's reading of each log), results_predicted.csv (their planner's prediction) and logs/*.log (the
 full DEBUG-level start-up logs). Every row's measured figures are checked here against its log's own
 printed lines ("Available KV cache memory: X GiB", "Model loading took X GiB", the non-default args);
-a row whose log disagrees stops the build. Only figures are copied, no log text. The same commit's
+a row whose log disagrees stops the build. kv_cache_memory_gib is the first rank's printed figure;
+kv_cache_memory_min_gib the smallest over all the run's workers, which vLLM sizes the blocks by (they
+differ with pipeline parallelism, where the last stage also runs the sampler). Only figures are copied, no log text. The same commit's
 accuracy/results/version-sweep/runs/*.json (Qwen3-14B on one H100 with vLLM 0.15.0-0.18.0, their
 parser's figures; the logs are not in the repository) are added as rows with
 checked_against_log = no.
@@ -30,7 +32,8 @@ BASE = "accuracy/results/v0.19.0"
 OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "llm_d_planner_h100.csv"
 COLUMNS = ("log_file", "vllm_version", "checked_against_log", "model", "tp", "pp", "max_model_len", "dtype", "quantization", "kv_cache_dtype",
            "gpu_memory_utilization", "init_total_memory_gib", "weights_memory_gib", "activation_memory_gib",
-           "non_torch_forward_gib", "kv_cache_memory_gib", "kv_cache_tokens", "peer_pred_kv_cache_memory_gib")
+           "non_torch_forward_gib", "kv_cache_memory_gib", "kv_cache_memory_min_gib", "kv_cache_tokens",
+           "peer_pred_kv_cache_memory_gib")
 KEY = ("model", "tp", "pp", "dp", "max_model_len", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization")
 
 
@@ -39,8 +42,27 @@ def _show(repo: str, path: str) -> str:
                           text=True, errors="replace").stdout
 
 
+def _min_over_workers(text: str, log_file: str, printed: float) -> float:
+    """The smallest KV memory of the run's workers, which vLLM sizes every worker's blocks by
+    (get_kv_cache_configs: the smallest num_blocks of all ranks). 0.19.0 prints "Available KV cache
+    memory" on the first rank only, so with PP (or TP) the other workers' figure is their requested
+    memory less their "Total non KV cache memory" (gpu_worker.py's DEBUG lines, both in GiB to two
+    decimals); the first rank's computed figure must match its printed one."""
+    requested = {float(x) for x in re.findall(r"worker requested memory: ([0-9.]+)GiB", text)}
+    non_kv = [float(x) for x in re.findall(r"Total non KV cache memory: ([0-9.]+)GiB", text)]
+    if len(requested) != 1 or not non_kv:
+        raise SystemExit(f"{log_file}: no single requested memory ({requested}) or no non-KV lines")
+    (budget,) = requested
+    available = [round(budget - x, 2) for x in non_kv]
+    if all(abs(a - printed) > 0.011 for a in available):
+        raise SystemExit(f"{log_file}: no worker's requested - non-KV ({available}) is the printed {printed}")
+    # the first rank's own line stands for its figure (the two-decimal inputs can round 0.01 apart)
+    return min([printed] + [a for a in available if abs(a - printed) > 0.011])
+
+
 def _check_against_log(repo: str, row: dict) -> None:
     text = _show(repo, f"{BASE}/logs/{row['log_file']}")
+    row["kv_cache_memory_min_gib"] = _min_over_workers(text, row["log_file"], float(row["kv_cache_memory_gib"]))
     kv = [float(x) for x in re.findall(r"Available KV cache memory: (-?[0-9.]+) GiB", text)]
     loading = [float(x) for x in re.findall(r"Model loading took ([0-9.]+) GiB", text)]
     if not kv or abs(min(kv) - float(row["kv_cache_memory_gib"])) > 1e-9:
@@ -72,7 +94,9 @@ def _version_sweep(repo: str) -> list[dict]:
                      "weights_memory_gib": run["weight_memory_gib"],
                      "activation_memory_gib": run["activation_memory_gib"],
                      "non_torch_forward_gib": run["non_torch_forward_memory_gib"],
-                     "kv_cache_memory_gib": run["kv_cache_memory_gib"], "kv_cache_tokens": run["kv_cache_tokens"],
+                     "kv_cache_memory_gib": run["kv_cache_memory_gib"],
+                     "kv_cache_memory_min_gib": run["kv_cache_memory_gib"],  # one GPU
+                     "kv_cache_tokens": run["kv_cache_tokens"],
                      "peer_pred_kv_cache_memory_gib": ""})
     return rows
 

@@ -55,3 +55,18 @@ def test_single_gpu_runs_estimate_within_half_a_gib_at_the_median():
     assert len(errors) >= 35
     assert statistics.median(errors) < 0.5
     assert max(errors) < 1.0
+
+
+def test_pipeline_runs_are_scored_against_the_smallest_stage_which_sizes_the_blocks():
+    """0.19.0 prints "Available KV cache memory" on the first rank only. With PP the last stage also
+    runs the sampler and has less: its figure (requested - "Total non KV cache memory") is what the
+    printed block count matches: 1,075,312 tokens = 67,207 blocks of 1 MiB (16 layers per stage) =
+    65.63 GiB at PP 2; 2,257,264 tokens = 141,079 blocks of 0.5 MiB = 68.89 GiB at PP 4."""
+    pp = {r["pp"]: r for r in ROWS if r["model"] == "meta-llama/Llama-3.1-8B-Instruct" and r["pp"] > 1}
+    assert (pp[2]["kv_cache_memory_gib"], pp[2]["kv_cache_memory_min_gib"]) == (66.54, 65.63)
+    assert (pp[4]["kv_cache_memory_gib"], pp[4]["kv_cache_memory_min_gib"]) == (69.8, 68.89)
+    assert 67_207 * 2**20 / 2**30 == pytest.approx(65.63, abs=0.005)
+    assert 141_079 * 2**19 / 2**30 == pytest.approx(68.89, abs=0.005)
+    for row in pp.values():  # kvplan's figure is its smallest stage, within 0.4 GiB of vLLM's
+        assert abs(_plan(row).memory.available_kv_cache_gib - row["kv_cache_memory_min_gib"]) < 0.4
+    assert all(r["kv_cache_memory_min_gib"] == r["kv_cache_memory_gib"] for r in ROWS if r["pp"] == 1 and r["tp"] == 1)

@@ -25,8 +25,10 @@ class Gpu:
     interconnect: Optional[str] = None
     interconnect_gbs: Optional[float] = None
     arch: Optional[str] = None
-    sm: Optional[int] = None
+    sm: Optional[int] = None  # compute capability x 10 (90 = Hopper)
     aliases: tuple[str, ...] = ()
+    #: streaming multiprocessors (CUs on AMD): kernels that size a buffer per SM need it
+    multiprocessors: Optional[int] = None
 
     @property
     def memory_gib(self) -> float:
@@ -58,6 +60,7 @@ def catalog() -> tuple[Gpu, ...]:
             bf16_tflops=g.get("bf16_tflops") or g.get("fp16_tflops"), fp8_tflops=g.get("fp8_tflops"),
             interconnect=g.get("interconnect"), interconnect_gbs=g.get("interconnect_gbs"),
             arch=g.get("arch"), sm=g.get("sm"), aliases=tuple(g.get("aliases", ())),
+            multiprocessors=g.get("multiprocessors"),
         ))
     return tuple(out)
 

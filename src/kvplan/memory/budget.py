@@ -91,8 +91,10 @@ SAMPLER_NATIVE_FULL_SORT_BYTES_PER_LOGIT = 50
 # read in the 0.17.0 and 0.19.0 wheels), which masks the float32 logits in place; then
 # ``forward_native`` takes ``logits.softmax(dim=-1, dtype=torch.float32)`` (4 B) and
 # ``random_sample`` ``torch.empty_like(probs)`` (4 B, divided in place): 2 + 4 + 4 + 4 = 14 B.
-# Not counted: the kernel's cached scratch buffer, min(SMs, rows) rows of the vocabulary in
-# float32 (132 rows on an H100: 0.06 GiB for a 128k vocabulary).
+# The kernel also keeps a scratch buffer per program in a module-level cache that is never freed
+# (``_TRITON_BUFFER_CACHE``): min(next_power_of_2(P), SMs) rows of the vocabulary in float32,
+# P = min(SMs, rows) programs, allocated before the softmax, so it adds to the sampler's peak
+# (:func:`triton_sampler_scratch_bytes`; 132 rows on an H100: 0.06 GiB for a 128k vocabulary).
 SAMPLER_NATIVE_TRITON_BYTES_PER_LOGIT = 14
 TRITON_TOPK_TOPP_MIN_ROWS = 8
 
@@ -251,6 +253,25 @@ def sampler_bytes_per_logit(sem: VllmSemantics, device: str = "cuda", flashinfer
     return SAMPLER_NATIVE_BYTES_PER_LOGIT
 
 
+def triton_sampler_scratch_bytes(config: ResolvedConfig, rows: int) -> int:
+    """The Triton top-k/top-p kernel's cached scratch buffer (vllm/v1/sample/ops/topk_topp_triton.py
+    ``apply_top_k_top_p_triton``, the same in the 0.17.0 and 0.19.0 wheels): ``NUM_PROGRAMS =
+    min(num_sm, batch_size)`` and a ``(min(next_power_of_2(NUM_PROGRAMS), num_sm), vocab_size)``
+    float32 buffer, where the native sampler runs that kernel (0.17+ on CUDA from 8 rows, without
+    FlashInfer). 0 elsewhere, and where the GPU's SM count is unknown (a GPU given only by its memory)."""
+    sem, gpu = config.semantics, config.gpu
+    if config.device != "cuda" or sem.engine != "V1" or not sem.native_sampler_triton_topk_topp:
+        return 0
+    flashinfer = config.request.flashinfer_sampler
+    if (sem.flashinfer_sampler_default if flashinfer is None else flashinfer) or rows < TRITON_TOPK_TOPP_MIN_ROWS:
+        return 0
+    if not gpu.multiprocessors:
+        return 0
+    programs = min(gpu.multiprocessors, rows)
+    buffer_rows = min(1 << (programs - 1).bit_length(), gpu.multiprocessors)
+    return buffer_rows * config.model.vocab_size * 4
+
+
 def profile_logit_rows(sem: VllmSemantics, device: str, flashinfer: bool | None, max_num_seqs: int,
                        max_num_batched_tokens: int, vocab: int, dtype_bytes: int) -> tuple[int, int]:
     """(rows of logits, bytes per logit element) at the profile run's logits/sampler peak.
@@ -365,9 +386,10 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
+    # left allocated while the sampler runs: the MoE workspace, and the sampler kernel's own scratch
+    persistent = moe_workspace_bytes(config, max_num_batched_tokens) + triton_sampler_scratch_bytes(config, rows)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
-                                       config.max_num_seqs, last_stage, sampler_bytes, rows,
-                                       moe_workspace_bytes(config, max_num_batched_tokens))
+                                       config.max_num_seqs, last_stage, sampler_bytes, rows, persistent)
     encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
                              sem.vision_rotary) \
         if device == "cuda" and stage.stage == 0 else None
