@@ -431,7 +431,8 @@ def test_a_tight_tp2_h100_plan_of_0_19_charges_the_fusion_workspace():
 
     r = plan(PlanRequest(load_model("Qwen/Qwen2.5-72B-Instruct"), find_gpu("H100"), tensor_parallel_size=2,
                          vllm_version="0.19.0", max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
-    assert 1.5 < r.memory.non_torch_gib < 2.09
+    assert 1.5 <= r.memory.non_torch_gib < 2.09  # the workspace; the NCCL growth is not sized
+    assert round(r.memory.weights_gib_per_gpu, 2) == 67.80  # "Model loading took 67.80 GiB" (allocator blocks)
     assert 3.04 < r.memory.available_kv_cache_gib < 3.04 + 0.8
 
 

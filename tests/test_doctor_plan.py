@@ -90,17 +90,17 @@ def test_a_plan_that_does_not_reproduce_the_log_is_not_used():
 
 def test_negative_kv_memory_gpt_oss_plans_the_extra_gpu():
     """Log 16 (gpt-oss-120b on one H100, KV memory -2.14 GiB, 65.97 GiB of weights): no GPU total or
-    utilisation in the excerpt, so the utilisation fix stays a rule; TP 2 is planned: 31.58 GiB less
+    utilisation in the excerpt, so the utilisation fix stays a rule; TP 2 is planned: 31.55 GiB less
     weights per GPU (the planner's MXFP4 weights at TP 1 vs 2, laid out as vLLM's Marlin path pads
     them on a Hopper GPU of that era: 65.91 GiB at TP 1, as the log's 65.97) leaves KV cache for
-    11.62 max-length requests."""
+    11.61 max-length requests."""
     r = diagnose([read_source(str(_log("16")))], model="openai/gpt-oss-120b")
     fixes = _fixes(r, "no_memory_for_cache_blocks")
     assert fixes["--gpu-memory-utilization 0.95"].basis == "vLLM rule"
     tp2 = fixes["--tensor-parallel-size 2"]
     nums = dict(tp2.numbers)
-    assert tp2.basis == "plan" and nums["starts"] and nums["freed_gib"] == 31.58
-    assert nums["max_model_len"] == 131072 and nums["max_concurrency"] == 11.62
+    assert tp2.basis == "plan" and nums["starts"] and nums["freed_gib"] == 31.55
+    assert nums["max_model_len"] == 131072 and nums["max_concurrency"] == 11.61
 
 
 def test_cpu_build_failed_startup_with_its_config():

@@ -11,6 +11,7 @@ from kvplan.memory import PlanRequest, plan
 from kvplan.memory._assemble import assemble
 from kvplan.memory._resolve import ResolvedConfig, resolve
 from kvplan.memory._sizing import size_kv
+from kvplan.memory.allocator import rounding_bytes
 from kvplan.memory.budget import estimate_budget, requested_bytes, rope_cache_bytes
 from kvplan.models import load_model
 
@@ -55,7 +56,11 @@ def test_estimate_budget_reads_the_resolved_configuration():
     terms = estimate_budget(config, last, config.max_num_batched_tokens)
     assert terms.requested_bytes == requested_bytes(config.gpu.memory_bytes, config.gpu_memory_utilization,
                                                     config.semantics)
-    assert terms.weights_bytes == last.bytes_per_rank + rope_cache_bytes(config.model, config.dtype_bytes)
+    # the stage's tensors as the caching allocator counts them (the lm_head's 501 MiB takes a 502 MiB
+    # block: a 1 MiB remainder is not split off), and the RoPE cache
+    assert rounding_bytes(last.tensor_bytes) == 1 << 20
+    assert terms.weights_bytes == (last.bytes_per_rank + rounding_bytes(last.tensor_bytes)
+                                   + rope_cache_bytes(config.model, config.dtype_bytes))
     assert terms.cudagraph_bytes == 0  # --enforce-eager
     assert terms.source == "estimate"
     # only the last pipeline stage runs the dummy sampler

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
+from .allocator import rounding_bytes
 from .encoder_profile import EncoderProfile, encoder_profile
 from .kv_specs import cdiv
 from .semantics import VllmSemantics
@@ -48,12 +49,15 @@ MIB = 1 << 20
 # snapshot (V0 logs 01, 02, 04). NCCL_INIT (what 0.9-0.10 charged for communicator set-up before
 # their snapshot), NON_TORCH_BASE and NON_TORCH_COMM were fitted to the development set's 0.10.1.1
 # A100 logs only (tests/fixtures/vllm_logs/25-30, from dev_cases.json's server logs): the 1-GPU
-# logs 25/26 give the base (0.05 GiB), the 2-GPU same-node logs 27/28 the communication charge
-# (0.10 GiB in all, none of it lazy). The benchmark reports the logs these were not fitted to
+# logs 25/26 give the base, the 2-GPU same-node logs 27/28 the communication charge (0.10 GiB in
+# all, none of it lazy). The base was 0.05 GiB until the caching allocator's rounding of the
+# weights was counted (kvplan.memory.allocator: 0.056 GiB for their Qwen2-7B, which their
+# "Model loading took 14.2488 GiB" now matches); refitted to the same two logs it is 0 (their
+# errors +0.01 / -0.02 GiB, as before). The benchmark reports the logs these were not fitted to
 # separately.
 CUDA_CONTEXT_BYTES = int(0.45 * GIB)  # CUDA context + cuBLAS handles before vLLM's snapshot
 NCCL_INIT_BYTES = int(0.10 * GIB)  # communicator set-up before the snapshot when world > 1
-NON_TORCH_BASE_BYTES = int(0.05 * GIB)  # allocator slack / workspaces found after profiling
+NON_TORCH_BASE_BYTES = 0  # non-torch memory found after profiling on one GPU (0.10.1.1 dev logs: none)
 NON_TORCH_COMM_BYTES = 0  # NCCL / custom all-reduce buffers allocated lazily during profiling
 V0_SAMPLER_BYTES_PER_LOGIT = 36  # V0 sampler (fitted to V0 logs 01, 02, 04; not re-derived)
 GRAPH_BASE_BYTES = 2 * MIB
@@ -381,6 +385,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     last_stage = stage.stage == config.pipeline_parallel_size - 1
     requested = requested_bytes(total_bytes, gpu_memory_utilization, sem)
     weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
+    if device == "cuda":  # what torch.cuda.memory_allocated counts for them (kvplan.memory.allocator)
+        weights += rounding_bytes(stage.tensor_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     fusion_workspace = allreduce_fusion_workspace_bytes(config, max_num_batched_tokens)
     non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace

@@ -262,6 +262,20 @@ def bytes_per_param(t: Tensor, quant: Optional[Quantization], dtype_bytes: int) 
     return quant.bits / 8 + (2 + quant.bits / 8) / g
 
 
+def storage_bytes_per_param(t: Tensor, quant: Optional[Quantization], dtype_bytes: int) -> float:
+    """Bytes per parameter of the tensor's own values, without the scales and zero points that
+    :func:`bytes_per_param` adds: vLLM allocates those as separate tensors (``weight_scale``,
+    ``qzeros``...), which matters where allocations are rounded (kvplan.memory.allocator)."""
+    full = bytes_per_param(t, quant, dtype_bytes)
+    if quant is None or full == dtype_bytes:
+        return full
+    if quant.method in ("mxfp4", "nvfp4", "modelopt_fp4") or (quant.method == "bitsandbytes" and quant.bits == 4):
+        return 0.5
+    if quant.method == "fp8":
+        return 1.0
+    return min(full, quant.bits / 8)
+
+
 def _round_up(x: float, m: int) -> int:
     return int(-(-int(x) // m) * m)
 
@@ -317,6 +331,10 @@ class StageWeights:
     layers: range
     bytes_per_rank: int
     params_per_rank: int
+    #: the language model's tensors as vLLM allocates them on one rank, in creation order (bytes):
+    #: fused q/k/v, quantized weights without their scales; the vision tower and padded MXFP4 experts,
+    #: counted as totals, are not listed (kvplan.memory.allocator rounds these allocations)
+    tensor_bytes: tuple[int, ...] = ()
 
 
 def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int = 2,
@@ -351,5 +369,33 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
             numel += n
             nbytes += n * bytes_per_param(t, quant, dtype_bytes)
         extra = (vision if s == 0 else 0) + padded
-        stages.append(StageWeights(s, layer_range, int(nbytes + extra), int(numel)))
+        stages.append(StageWeights(s, layer_range, int(nbytes + extra), int(numel),
+                                   _allocations(tensors, tp, dtype_bytes, quant)))
     return stages
+
+
+_FUSED_QKV = ("q_proj", "k_proj", "v_proj")  # QKVParallelLinear: one weight for the three
+
+
+def _allocations(tensors: list[Tensor], tp: int, dtype_bytes: int, quant: Optional[Quantization]) -> tuple[int, ...]:
+    """The tensors' values as vLLM allocates them on one rank, in creation order: q, k and v of a
+    layer fused into one weight (``QKVParallelLinear``). The scales and zero points of quantized
+    weights are left out: separate small tensors that the allocator packs into shared segments (and
+    Marlin repacks or drops after loading)."""
+    out: list[int] = []
+    qkv = 0.0
+    for t in tensors:
+        values = t.numel_per_rank(tp) * storage_bytes_per_param(t, quant, dtype_bytes)
+        if t.name in _FUSED_QKV:
+            qkv += values
+            if t.name == "v_proj":
+                out.append(int(qkv))
+                qkv = 0.0
+            continue
+        if qkv:  # a q_proj with no k/v after it (MLA without a q LoRA) stands alone
+            out.append(int(qkv))
+            qkv = 0.0
+        out.append(int(values))
+    if qkv:
+        out.append(int(qkv))
+    return tuple(out)
