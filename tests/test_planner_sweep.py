@@ -70,3 +70,45 @@ def test_pipeline_runs_are_scored_against_the_smallest_stage_which_sizes_the_blo
     for row in pp.values():  # kvplan's figure is its smallest stage, within 0.4 GiB of vLLM's
         assert abs(_plan(row).memory.available_kv_cache_gib - row["kv_cache_memory_min_gib"]) < 0.4
     assert all(r["kv_cache_memory_min_gib"] == r["kv_cache_memory_gib"] for r in ROWS if r["pp"] == 1 and r["tp"] == 1)
+
+
+def test_gemma_3_profiles_32_images_and_keeps_their_pixels_and_embeddings_through_the_sampler():
+    """llm-d-planner's 0.19.0 gemma-3-12b-it run prints "Encoder cache will be initialized with a budget
+    of 8192 tokens, and profiled with 32 image items": 8,192 // 256 soft tokens per 896 px image.
+    profile_run keeps the batch (bf16 pixels) and the 32 x 256 embeddings while the language model's
+    dummy forward and sampler run; the SigLIP forward (27 x 4,096 patches a crop) is the smaller peak."""
+    from kvplan.memory.encoder_profile import encoder_profile
+
+    spec = sweep.spec_for(next(r for r in sweep.sweep_rows() if r["model"] == "google/gemma-3-12b-it"))
+    e = encoder_profile(spec, 1, 2, 8192, "V1", items_round_up=False, max_num_seqs=1024, max_model_len=8192)
+    assert (e.items, e.tokens_per_item, e.patches_per_item) == (32, 256, 4096)
+    assert e.inputs_bytes == 32 * 3 * 896 * 896 * 2 and e.outputs_bytes == 32 * 256 * 3840 * 2
+    assert e.peak_bytes == e.inputs_bytes + 32 * 4096 * (2 * 1152 + 2 * 4304) * 2
+    # the decoder side bounds it: 2,048 tokens a prompt hold 8 images; before 0.10 cdiv(budget, tokens)
+    assert encoder_profile(spec, 1, 2, 8192, "V1", items_round_up=False, max_num_seqs=2,
+                           max_model_len=2048).items == 16
+    assert encoder_profile(spec, 1, 2, 8000, "V1").items == 32 and encoder_profile(
+        spec, 1, 2, 8000, "V1", items_round_up=False, max_num_seqs=1024, max_model_len=8192).items == 31
+    # in the plan: the language model's peak plus what the encoder left held
+    from dataclasses import replace
+
+    request = sweep.plan_request(next(r for r in sweep.sweep_rows() if r["model"] == "google/gemma-3-12b-it"), spec)
+    text_only = replace(spec, raw={k: v for k, v in spec.raw.items() if k != "vision_config"})
+    with_tower = plan(request, what_ifs=False).memory.activation_peak_gib
+    without = plan(replace(request, model=text_only), what_ifs=False).memory.activation_peak_gib
+    assert (with_tower - without) * 2**30 == pytest.approx(e.held_bytes, abs=0.0002 * 2**30)
+
+
+def test_pixtral_profiles_whole_images_under_one_block_mask():
+    """Mistral-3's Pixtral tower: 1,540 px images of 55 x 55 merged tokens (110 x 110 patches); two fit
+    an 8,192-token budget, flattened into one sequence whose (patches x patches) bf16 mask HF's
+    generate_block_attention_mask builds without xformers."""
+    from kvplan.memory.encoder_profile import encoder_profile
+
+    spec = sweep.spec_for(next(r for r in sweep.sweep_rows()
+                               if r["model"] == "mistralai/Mistral-Small-3.1-24B-Instruct-2503"))
+    e = encoder_profile(spec, 1, 2, 8192, "V1", items_round_up=False, max_num_seqs=1024, max_model_len=8192)
+    assert (e.items, e.tokens_per_item, e.patches_per_item) == (2, 3025, 12100)
+    patches = 2 * 12100
+    assert e.peak_bytes == e.inputs_bytes + patches * (2 * 1024 + 3 * 4096) * 2 + patches * patches * 2
+    assert e.held_bytes == 2 * 3 * 1540 * 1540 * 2 + 2 * 3025 * 5120 * 2

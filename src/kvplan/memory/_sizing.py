@@ -123,9 +123,10 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
     encoder = budgets[0].encoder if source == "estimate" else None  # the first stage's, which runs the tower
     if encoder is not None:
         notes.append(f"The profile run first runs the vision encoder on {encoder.items} image(s) of {encoder.tokens_per_item:,} "
-                     f"tokens ({encoder.patches_per_item:,} patches, the Qwen-VL processors' default largest image): "
+                     f"tokens ({encoder.patches_per_item:,} patches each, the processor's largest image): "
                      f"{to_gib(encoder.peak_bytes):.2f} GiB at its peak, charged when it exceeds the language model's "
-                     "dummy forward and sampler.")
+                     f"dummy forward and sampler, which run with the images and their embeddings still held "
+                     f"({to_gib(encoder.held_bytes):.2f} GiB).")
     workspace = budget.allreduce_workspace_bytes if source == "estimate" else 0
     if workspace:
         notes.append(f"Charged {to_gib(workspace):.2f} GiB per GPU for FlashInfer's all-reduce + RMSNorm fusion "

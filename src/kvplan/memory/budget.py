@@ -397,10 +397,11 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
                                        config.max_num_seqs, last_stage, sampler_bytes, rows, persistent)
     encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
-                             sem.vision_rotary) \
+                             sem.vision_rotary, items_round_up=sem.encoder_items_round_up,
+                             max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len) \
         if device == "cuda" and stage.stage == 0 else None
-    if encoder is not None:  # the encoder runs first; its outputs stay cached through the dummy forward
-        activation = max(encoder.peak_bytes, encoder.outputs_bytes + activation)
+    if encoder is not None:  # the encoder runs first; its batch and outputs stay through the dummy forward
+        activation = max(encoder.peak_bytes, encoder.held_bytes + activation)
     graphs = 0
     if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,

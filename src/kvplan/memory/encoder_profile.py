@@ -1,5 +1,6 @@
-"""The vision encoder's share of V1's profile run, for Qwen-VL-style towers (Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL: a ``vision_config`` with ``spatial_merge_size`` and ``temporal_patch_size``).
+"""The vision encoder's share of V1's profile run, for three kinds of tower: Qwen-VL-style (Qwen2-VL,
+Qwen2.5-VL, Qwen3-VL: a ``vision_config`` with ``spatial_merge_size`` and ``temporal_patch_size``),
+SigLIP at a fixed resolution (Gemma-3: ``mm_tokens_per_image``) and Pixtral (Mistral-3).
 
 Before the dummy forward, ``GPUModelRunner.profile_run`` (read in 0.7.1, 0.7.3 and 0.9.0.1) runs the
 encoder on ``cdiv(encoder_budget, max_tokens_per_item)`` dummy items of the largest feature size
@@ -14,8 +15,18 @@ is therefore the larger of
   normalised input (2·d) and, gated (SwiGLU), gate, activation and up outputs of the rank's
   intermediate slice (3·I/tp) — ``Qwen2_5_VisionMLP.forward`` — or its attention, whichever is
   wider (:func:`attention_width`: the float32 RoPE of 0.7-0.11.0 makes the attention the wider one);
-* the encoder outputs (merged tokens × the language model's hidden size) plus the language model's
-  dummy forward and sampler (:func:`kvplan.memory.budget.activation_peak_bytes`).
+* what stays referenced through the language model's dummy forward and sampler
+  (:func:`kvplan.memory.budget.activation_peak_bytes`): the encoder outputs (merged tokens × the
+  language model's hidden size, in ``encoder_cache``) and the dummy batch itself, which
+  ``profile_run`` keeps in its local ``batched_dummy_mm_inputs`` until it returns (read in 0.7.3,
+  0.9.0.1 and 0.19.0; in the model dtype: ``as_kwargs(dtype=...)`` in 0.9.0.1, the processor
+  context's ``_postprocess_output`` cast in 0.19.0).
+
+How many items: ``cdiv(budget, tokens per item)`` through 0.9.2 and, from 0.10.1.1 (read there and
+in 0.11.0-0.19.0; 0.10.0 attributed to it), ``max(1, min(budget // tokens, max_num_seqs ×
+max(1, min(999, max_model_len // tokens))))`` (``MultiModalBudget._get_max_items``; 999 is the
+default per-prompt limit): llm-d-planner's 0.19.0 Gemma-3 logs print "profiled with 32 image items"
+for an 8,192-token budget of 256-token images.
 
 What is assumed, not read from the checkpoint: the largest image is 16,384 merged tokens, the
 published processors' default (Qwen2-VL/Qwen2.5-VL ``max_pixels`` 12,845,056 = 16,384 · 28², Qwen3-VL
@@ -41,15 +52,19 @@ class EncoderProfile:
     items: int
     tokens_per_item: int
     patches_per_item: int
-    peak_bytes: int  # encoder forward peak: patches + one block's widest point
+    peak_bytes: int  # encoder forward peak: the dummy batch + one block's widest point
     outputs_bytes: int  # kept in encoder_cache during the language model's dummy run
+    inputs_bytes: int = 0  # the dummy batch, still referenced by profile_run during that run
+
+    @property
+    def held_bytes(self) -> int:
+        """Allocated through the language model's dummy forward and sampler."""
+        return self.outputs_bytes + self.inputs_bytes
 
 
 def _vision_config(spec: ModelSpec) -> Optional[Mapping[str, Any]]:
     vc = spec.raw.get("vision_config") if isinstance(spec.raw, Mapping) else None
-    if not isinstance(vc, Mapping) or not vc.get("spatial_merge_size") or not vc.get("temporal_patch_size"):
-        return None
-    return vc
+    return vc if isinstance(vc, Mapping) else None
 
 
 def attention_width(d: int, tp: int, rotary: Optional[str]) -> float:
@@ -72,28 +87,115 @@ def attention_width(d: int, tp: int, rotary: Optional[str]) -> float:
     return d + 4.5 * d / tp if tp > 1 else 9 * d
 
 
-def encoder_profile(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
-                    engine: str, rotary: Optional[str] = None) -> Optional[EncoderProfile]:
-    """The encoder dummy run of a Qwen-VL-style tower under V1, or None (no such tower, or V0).
-    ``rotary`` is ``VllmSemantics.vision_rotary`` (:func:`attention_width`)."""
+def _int(vc: Mapping[str, Any], *keys: str, default: int = 0) -> int:
+    return next((int(vc[k]) for k in keys if vc.get(k)), default)
+
+
+@dataclass(frozen=True)
+class _Tower:
+    """One dummy item of a vision tower as vLLM's processor builds it, and the tower's widths."""
+
+    width: int  # the tower's hidden size
+    intermediate: int
+    tokens_per_item: int  # the language model's tokens (embeddings) per item: the budget's unit
+    patches_per_item: int
+    values_per_item: int  # pixel values of the item's dummy input
+
+    def block_width(self, tp: int, rotary: Optional[str]) -> float:
+        """Values per patch at the widest point of one block on one rank (model dtype units)."""
+        raise NotImplementedError
+
+    def extra_bytes(self, patches: int, dtype_bytes: int) -> int:
+        """Anything else the forward holds at its peak, for ``patches`` patches in the batch."""
+        return 0
+
+
+@dataclass(frozen=True)
+class _QwenVLTower(_Tower):
+    gated: bool = True
+
+    def block_width(self, tp: int, rotary: Optional[str]) -> float:
+        mlp = 2 * self.width + (3 if self.gated else 2) * self.intermediate / tp  # residual, normed, live outputs
+        return max(mlp, attention_width(self.width, tp, rotary))
+
+
+@dataclass(frozen=True)
+class _SiglipTower(_Tower):
+    """``siglip.py`` (0.19.0): ``SiglipMLP`` keeps fc1's output and the activation's (2·I/tp) with the
+    residual and normalised input (2·d); the attention's qkv (3·d/tp), q/k/v and output (4·d/tp) are
+    narrower for every SigLIP shape read (7·d < 2·I)."""
+
+    def block_width(self, tp: int, rotary: Optional[str]) -> float:
+        return 2 * self.width + max(2 * self.intermediate, 7 * self.width) / tp
+
+
+@dataclass(frozen=True)
+class _PixtralTower(_Tower):
+    """``pixtral.py`` (0.19.0) ``PixtralHFVisionModel``: the gated MLP (3·I/tp with the residual and
+    normalised input, 2·d), and, without xformers (the 0.19.0 wheel does not require it), HF's
+    ``generate_block_attention_mask``: one (patches × patches) mask in the model dtype over the
+    batch's patches flattened into one sequence, live through the transformer."""
+
+    def block_width(self, tp: int, rotary: Optional[str]) -> float:
+        return 2 * self.width + max(3 * self.intermediate, 10 * self.width) / tp
+
+    def extra_bytes(self, patches: int, dtype_bytes: int) -> int:
+        return patches * patches * dtype_bytes
+
+
+def _tower(spec: ModelSpec) -> Optional[_Tower]:
     vc = _vision_config(spec)
-    if vc is None or engine != "V1":
+    if vc is None:
         return None
-    d = int(vc.get("hidden_size") or vc.get("embed_dim") or 0)
+    d = _int(vc, "hidden_size", "embed_dim")
     if not d:
         return None
-    inter = int(vc.get("intermediate_size") or int(vc.get("mlp_ratio") or 4) * d)
-    merge = int(vc["spatial_merge_size"])
-    patch = int(vc.get("patch_size") or 14)
-    channels = int(vc.get("in_chans") or vc.get("in_channels") or vc.get("num_channels") or 3)
-    temporal = int(vc["temporal_patch_size"])
-    gated = str(vc.get("hidden_act") or "").lower() in ("silu", "swiglu")
-    tokens = QWEN_VL_MAX_TOKENS_PER_IMAGE
+    patch = _int(vc, "patch_size", default=14)
+    channels = _int(vc, "in_chans", "in_channels", "num_channels", default=3)
+    inter = _int(vc, "intermediate_size", default=_int(vc, "mlp_ratio", default=4) * d)
+    if vc.get("spatial_merge_size") and vc.get("temporal_patch_size"):
+        merge, temporal = int(vc["spatial_merge_size"]), int(vc["temporal_patch_size"])
+        tokens = QWEN_VL_MAX_TOKENS_PER_IMAGE
+        patches = tokens * merge * merge
+        gated = str(vc.get("hidden_act") or "").lower() in ("silu", "swiglu")
+        return _QwenVLTower(d, inter, tokens, patches, patches * channels * temporal * patch * patch, gated)
+    side = _int(vc, "image_size")
+    if not side:
+        return None
+    grid = side // patch
+    if vc.get("model_type") == "siglip_vision_model" and spec.raw.get("mm_tokens_per_image"):
+        # Gemma-3 (pan-and-scan off, the default): one crop per image, pooled to mm_tokens_per_image
+        return _SiglipTower(d, inter, int(spec.raw["mm_tokens_per_image"]), grid * grid, channels * side * side)
+    if vc.get("model_type") == "pixtral":
+        # PixtralHFEncoderInfo: ncols × nrows of (patch × spatial_merge_size) over the largest image
+        merged = side // (patch * int(spec.raw.get("spatial_merge_size") or 1))
+        return _PixtralTower(d, inter, merged * merged, grid * grid, channels * side * side)
+    return None
+
+
+#: the default per-prompt item limit of 0.10+ (``MultiModalConfig``), for the decoder-side bound
+DEFAULT_ITEMS_PER_PROMPT = 999
+
+
+def encoder_profile(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
+                    engine: str, rotary: Optional[str] = None, *, items_round_up: bool = True,
+                    max_num_seqs: int = 256, max_model_len: Optional[int] = None) -> Optional[EncoderProfile]:
+    """The encoder dummy run of a tower kvplan reads under V1, or None (no such tower, or V0).
+    ``rotary`` is ``VllmSemantics.vision_rotary`` (:func:`attention_width`), ``items_round_up``
+    ``VllmSemantics.encoder_items_round_up`` (the module doc)."""
+    tower = _tower(spec)
+    if tower is None or engine != "V1":
+        return None
+    tokens = tower.tokens_per_item
     budget = max(max_num_batched_tokens, tokens)
-    items = -(-budget // tokens)
-    patches = items * tokens * merge * merge
-    pixels = patches * channels * temporal * patch * patch * dtype_bytes
-    mlp_width = 2 * d + (3 if gated else 2) * inter / tp  # residual + normed input + the MLP's live outputs
-    block = patches * max(mlp_width, attention_width(d, tp, rotary)) * dtype_bytes
+    if items_round_up:
+        items = -(-budget // tokens)
+    else:
+        per_prompt = max(1, min(DEFAULT_ITEMS_PER_PROMPT, (max_model_len or budget) // tokens))
+        items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
+    patches = items * tower.patches_per_item
+    pixels = items * tower.values_per_item * dtype_bytes
+    block = patches * tower.block_width(tp, rotary) * dtype_bytes
     outputs = items * tokens * spec.hidden_size * dtype_bytes
-    return EncoderProfile(items, tokens, patches // items, int(pixels + block), int(outputs))
+    return EncoderProfile(items, tokens, tower.patches_per_item,
+                          int(pixels + block + tower.extra_bytes(patches, dtype_bytes)), int(outputs), int(pixels))

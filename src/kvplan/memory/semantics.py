@@ -383,6 +383,15 @@ class VllmSemantics:
         return None
 
     @property
+    def encoder_items_round_up(self) -> bool:
+        """How many dummy items the encoder profile runs (memory/encoder_profile.py):
+        ``cdiv(encoder_budget, max_tokens_per_mm_item)`` in ``profile_run`` through 0.9.2 (read in
+        0.9.0.1 and 0.9.2); ``encoder_budget // max_tokens_per_item`` bounded by the decoder side
+        and at least 1 from 0.10.1.1 (``MultiModalBudget._get_max_items``, read there and in 0.11.0,
+        0.14.0-0.19.0; 0.10.0 attributed to the later version)."""
+        return self.version < (0, 10)
+
+    @property
     def native_sampler_sorts_logits(self) -> bool:
         """0.8-0.16: the PyTorch-native top-k/top-p sampler peaks in ``torch.sort`` over the
         logits (budget.native_sort_bytes_per_logit). ``apply_top_k_top_p`` calls
