@@ -474,3 +474,23 @@ def test_a_0_19_moe_plan_adds_the_workspace_to_the_sampler_peak():
                          max_model_len=8192, gpu_memory_utilization=0.95), what_ifs=False)
     assert 2.5 < r.memory.activation_peak_gib < 2.68
     assert abs(r.memory.available_kv_cache_gib - 15.41) < 0.5
+
+
+def test_gemma_3_keeps_a_second_unscaled_rope_cache_for_its_sliding_layers():
+    """gemma3.py (0.19.0): the sliding layers rotate with rope_type "default" at rope_local_base_freq, a
+    second get_rope entry beside the full layers' linear x8 one; llm-d-planner's 0.19.0 logs load
+    23.31 GiB (12B) and 8.58 GiB (4B), which the second 64 MiB cache brings kvplan to within 0.02."""
+    from kvplan.memory.budget import rope_cache_bytes
+
+    gemma3 = load_model("google/gemma-3-12b-it")
+    assert rope_cache_bytes(gemma3) == 131072 * 8 * 256 * 2 + 131072 * 256 * 2
+    gemma2 = load_model("google/gemma-2-9b-it")  # one rope for every layer
+    assert rope_cache_bytes(gemma2) == rope_positions(gemma2) * gemma2.head_dim * 2
+
+
+def test_siglip_blocks_are_sharded_over_tp_and_the_projector_is_not():
+    gemma3 = load_model("google/gemma-3-12b-it")
+    vc = gemma3.raw["vision_config"]
+    h, inter, n = vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"]
+    blocks = n * (4 * h * h + 2 * h * inter)
+    assert params.vision_params(gemma3, 1) - params.vision_params(gemma3, 2) == blocks - blocks // 2

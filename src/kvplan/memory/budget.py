@@ -358,14 +358,24 @@ def rope_positions(spec: ModelSpec) -> int:
     return int(positions)
 
 
+#: model types whose sliding-window layers rotate with their own unscaled RoPE (``rope_local_base_freq``):
+#: vLLM's gemma3.py (0.19.0 L164-184) gives them ``rope_type="default"``, a second ``get_rope`` entry
+_LOCAL_ROPE_MODEL_TYPES = frozenset({"gemma3", "gemma3_text"})
+
+
 def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
-    """One cos/sin cache (``get_rope`` shares it between layers): positions × rotary dim in the
-    model dtype (``cache.to(dtype)`` in RotaryEmbedding.__init__)."""
+    """The cos/sin caches (``get_rope`` shares one between the layers that ask for the same rope):
+    positions × rotary dim in the model dtype (``cache.to(dtype)`` in RotaryEmbedding.__init__).
+    Gemma-3 builds two: the full layers' (scaled, :func:`rope_positions`) and the sliding layers'
+    over ``max_position_embeddings`` unscaled."""
     if spec.is_mla:
         rot = spec.layers[0].mixer.qk_rope_head_dim  # type: ignore[union-attr]
     else:
         rot = spec.head_dim
-    return rope_positions(spec) * rot * dtype_bytes
+    caches = rope_positions(spec) * rot * dtype_bytes
+    if spec.model_type in _LOCAL_ROPE_MODEL_TYPES or spec.raw_flag("rope_local_base_freq"):
+        caches += int(spec.max_len_keys.get("max_position_embeddings") or rope_positions(spec)) * rot * dtype_bytes
+    return caches
 
 
 def requested_bytes(total: int, util: float, sem: VllmSemantics) -> int:

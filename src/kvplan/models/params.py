@@ -170,6 +170,12 @@ def head_tensors(spec: ModelSpec) -> list[Tensor]:
     return out
 
 
+#: towers whose blocks vLLM shards over TP while their projector stays whole: Pixtral (``pixtral.py``)
+#: and SigLIP (``siglip.py``: ``QKVParallelLinear`` / ``RowParallelLinear`` attention, Column/Row
+#: parallel fc1/fc2; read in 0.19.0)
+_TP_SHARDED_BLOCK_TOWERS = frozenset({"pixtral", "siglip_vision_model"})
+
+
 def vision_params(spec: ModelSpec, tp: int = 1) -> int:
     """A ViT-style vision tower's parameters on one of ``tp`` ranks: what multimodal checkpoints add
     to the language model. Per block: q/k/v/o (4·h²), the MLP (gated SwiGLU with three matrices in
@@ -183,8 +189,9 @@ def vision_params(spec: ModelSpec, tp: int = 1) -> int:
     ``mm_encoder_tp_mode="weights"``; norms, biases and the patch embedding stay whole. Pixtral towers
     (Mistral-3; ``vision_config.model_type`` "pixtral") shard their blocks the same way
     (``pixtral.py``: PixtralHFAttention's ``QKVParallelLinear`` / ``RowParallelLinear``, PixtralHFMLP's
-    ``MergedColumnParallelLinear`` / ``RowParallelLinear``, read in 0.19.0); kvplan keeps their
-    projector whole. Other towers are counted whole on every rank (not read)."""
+    ``MergedColumnParallelLinear`` / ``RowParallelLinear``, read in 0.19.0), and so do SigLIP towers
+    (Gemma-3; ``siglip.py`` in 0.19.0); kvplan keeps their projector whole. Other towers are counted
+    whole on every rank (not read)."""
     vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
     if not isinstance(vc, dict):
         return 0
@@ -207,7 +214,7 @@ def vision_params(spec: ModelSpec, tp: int = 1) -> int:
     whole = n * 9 * h + patch * patch * channels * temporal * h
     if tp > 1 and merge > 1 and vc.get("temporal_patch_size"):
         return whole + sharded // tp
-    if tp > 1 and vc.get("model_type") == "pixtral":
+    if tp > 1 and vc.get("model_type") in _TP_SHARDED_BLOCK_TOWERS:
         return whole + proj + (sharded - proj) // tp
     return whole + sharded
 
