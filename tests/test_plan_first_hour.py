@@ -428,10 +428,10 @@ def test_preflight_at_vllms_default_utilization_passes_the_memory_check():
     assert c["status"] == "warn"
     fix = c["fixes"][0]
     assert fix["change"] == "--gpu-memory-utilization 0.97"
-    assert fix["cost"] == "capacity" and fix["price"] == "−20,736 KV tokens per replica (−3% of 594,656)"
+    assert fix["cost"] == "capacity" and fix["price"] == "−20,752 KV tokens per replica (−3% of 594,560)"
     md = kvplan("preflight", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",
                 "--max-model-len", "4096", "--dry-run", "--gpu-memory-utilization", "0.99", "--format", "markdown")
-    assert "capacity: −20,736 KV tokens per replica" in md.stdout and "cost: free" not in md.stdout
+    assert "capacity: −20,752 KV tokens per replica" in md.stdout and "cost: free" not in md.stdout
 
 
 # --- finding 9: doctor on a CUDA OOM in profile_run plans its fixes; --gpu; one utilisation ------

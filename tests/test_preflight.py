@@ -163,7 +163,7 @@ def test_memory_rule_is_peak_within_the_budget_not_a_share_of_the_gpu():
     assert c.status == "warn"
     fix = c.fixes[0]
     assert fix.change == "--gpu-memory-utilization 0.97" and fix.cost == "capacity"
-    assert fix.price.startswith("−20,736 KV tokens per replica")
+    assert fix.price.startswith("−20,752 KV tokens per replica")
     req2 = replace(req, gpu_memory_utilization=0.97)
     assert checks_static.check_plan_memory(plan(req2), req2, None).status == "pass"
     # before 0.20 the CUDA graphs are captured after the KV cache fills the budget: at 0.99 they overflow

@@ -308,6 +308,18 @@ def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_ba
     return int(max(forward, sampler))
 
 
+def cublas_workspace_bytes(sm: Optional[int]) -> int:
+    """cuBLAS's workspace for the stream the profile run computes on: PyTorch allocates it through
+    the caching allocator at the first GEMM (``getNewWorkspace`` in aten/src/ATen/cuda/
+    CublasHandlePool.cpp) and keeps it per handle and stream, so it lands in the profile's torch peak
+    and stays. ``parseChosenWorkspaceSize``: 32 MiB on Hopper and Blackwell (major 9, 10, 12; older
+    PyTorch only sm 90, where vLLM 0.19's H100 runs are), else the ``:4096:2:16:8`` default, 8 MiB and
+    128 KiB. A GPU of unknown architecture (given only by its memory) gets the larger: the cautious side."""
+    if sm is None or sm // 10 in (9, 10, 12):
+        return 32 * MIB
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
 def moe_workspace_bytes(config: ResolvedConfig, max_num_batched_tokens: int) -> int:
     """The modular MoE kernel's workspace that 0.14-0.21 keep in the global WorkspaceManager
     (VllmSemantics.moe_workspace_persists), for unquantized experts on CUDA (the Triton experts,
@@ -406,6 +418,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     persistent = moe_workspace_bytes(config, max_num_batched_tokens) + triton_sampler_scratch_bytes(config, rows)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
                                        config.max_num_seqs, last_stage, sampler_bytes, rows, persistent)
+    if device == "cuda":  # allocated at the profile's first GEMM, held through both peaks
+        activation += cublas_workspace_bytes(config.gpu.sm)
     encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
                              sem.vision_rotary, items_round_up=sem.encoder_items_round_up,
                              max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len) \
