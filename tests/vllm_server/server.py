@@ -266,11 +266,24 @@ def reap_orphaned_servers(grace: float = 5.0) -> list[int]:
 
 
 # --------------------------------------------------------------------------- helpers
+_HANDED_OUT_PORTS: set[int] = set()
+_PORT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port that is free on 127.0.0.1 right now and that this process has not handed out
+    before. Servers the pool starts side by side bind their ports seconds later, and the kernel may
+    give a just-released ephemeral port out again in between: once two servers got the same port
+    (and so the same log file), and the tests read one server's lines as the other's."""
+    with _PORT_LOCK:
+        for _ in range(1000):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT_PORTS:
+                _HANDED_OUT_PORTS.add(port)
+                return port
+    raise RuntimeError("no unused TCP port on 127.0.0.1 after 1000 tries")
 
 
 def _http_get(url: str, timeout: float) -> tuple[int, bytes]:
