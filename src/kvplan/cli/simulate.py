@@ -74,6 +74,9 @@ def simulate_cmd(
     no_prefix_caching: bool = typer.Option(False, "--no-enable-prefix-caching", help="vLLM's --no-enable-prefix-caching."),
     long_prefill_token_threshold: int = typer.Option(0, "--long-prefill-token-threshold"),
     no_async_scheduling: bool = typer.Option(False, "--no-async-scheduling", help="vLLM's --no-async-scheduling."),
+    load_balancer: Optional[str] = typer.Option(None, "--load-balancer", help="With -dp: how requests reach the "
+                                                "replicas: vllm (vLLM's own, per version), round_robin, random, "
+                                                "least_outstanding [vllm]."),
     saturation_search: bool = typer.Option(False, "--find-saturation", help="Also bisect the rate for the max sustainable QPS (at --slo)."),
     capacity: bool = typer.Option(False, "--capacity", help="Max sustainable QPS at the SLO for each max_model_len of the plan's ladder."),
     interval: str = typer.Option("1s", "--timeline-interval", help="Timeline resolution."),
@@ -146,6 +149,9 @@ def simulate_from_flags(flags: dict) -> dict:
                 long_prefill_token_threshold=flags["long_prefill_token_threshold"] or
                 sim_opts.get("long_prefill_token_threshold", 0),
                 async_scheduling=False if flags["no_async_scheduling"] else sim_opts.get("async_scheduling"))
+    from ..sim.balancer import parse_balancer
+
+    opts["load_balancer"] = parse_balancer(flags.get("load_balancer"))
     result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
                       per_request=flags["per_request"], **opts)
     d = result.to_dict()

@@ -60,6 +60,19 @@ def headline(d: dict) -> list[tuple[str, str]]:
         ("step time", d["profile"].get("source", "")),
         ("clock", clock_line(d["profile"])),
     ]
+    fleet = d.get("fleet")
+    if fleet:
+        lb = fleet["load_balancer"]
+        per = fleet.get("per_replica") or []
+        busiest = max(per, key=lambda r: r.get("ttft_p99_s") or 0.0, default=None)
+        rows.insert(1, ("replicas", f"{fleet['replicas']} x TP{c['tensor_parallel_size']}"
+                        + (f" PP{c['pipeline_parallel_size']}" if c.get("pipeline_parallel_size", 1) > 1 else "")
+                        + f" = {fleet['replicas'] * c['tensor_parallel_size'] * c.get('pipeline_parallel_size', 1)} "
+                        f"GPUs, load balancer {lb['name']} ({lb['text']})"))
+        if busiest is not None:
+            rows.insert(2, ("per replica", f"{min(r['requests'] for r in per):,}-{max(r['requests'] for r in per):,} "
+                            f"requests; slowest TTFT p99 {duration(busiest.get('ttft_p99_s'))} (replica "
+                            f"{busiest['replica']})"))
     search = d.get("saturation_search")
     if search:
         rows.append(("max sustainable", f"{num(search.get('max_rate'))} req/s ({search.get('reason')})"))

@@ -91,7 +91,6 @@ class Engine(KVAccounting):
         self.timeline: list[dict] = []
         self.step_tokens_acc = 0
         self.step_prompt_acc = 0
-        self.next_sample = 0.0
         self.kv_peak = 0.0
         self.max_waiting = 0
         # Closed loop (vllm bench's --max-concurrency): a heap of the times at which a client slot
@@ -103,11 +102,39 @@ class Engine(KVAccounting):
         self._ovh = float(getattr(profile, "request_overhead_s", 0.0) or 0.0)
         self.peak_in_flight = 0
         self._in_flight = 0
+        # the loop's position, kept between advance() calls
+        self._nxt = 0  # the next request to take in
+        self._last_start = self._last_end = -1.0
+        self.next_sample = self.interval
+        self.rejected_reasons: dict[str, int] = {}
+        # what a load balancer in front of this engine can see (kvplan.sim.fleet)
+        self.completed = 0  # requests finished so far
+        self.last_step_end = 0.0  # when the last step ended, and how many requests it finished
+        self.last_step_completed = 0
         if warm_prefixes and self.caching:
             self._warm(warm_prefixes)
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> "Engine":
+        """Every step until the trace is served."""
+        self.advance(_INF)
+        return self
+
+    def add_request(self, request, *, index: int, arrival: Optional[float] = None) -> Req:
+        """A request that reaches this engine at ``arrival`` (default its own), appended to its
+        requests (a fleet routes them one by one; :mod:`kvplan.sim.fleet`). Arrivals must not go
+        back in time, and none may be earlier than a horizon :meth:`advance` has already passed."""
+        r = Req(index, request.arrival_s if arrival is None else arrival, request.prompt_tokens,
+                request.output_tokens, request.prefix_id, request.prefix_tokens,
+                getattr(request, "root_id", None), getattr(request, "root_tokens", 0) // self.block_size)
+        self.reqs.append(r)
+        return r
+
+    def advance(self, horizon: float) -> "Engine":
+        """Run every step that starts before ``horizon``, given that every request arriving before
+        it has been added: the engine then stands as it is at ``horizon`` (its last step may end
+        later). ``advance(inf)`` serves everything. Pausing changes nothing: the same requests give
+        the same steps however the run is cut."""
         # The loop allocates no reference cycles; with a million live requests Python's cyclic
         # collector would re-scan all of them every few thousand allocations (quadratic time).
         import gc
@@ -115,22 +142,24 @@ class Engine(KVAccounting):
         was = gc.isenabled()
         gc.disable()
         try:
-            return self._run()
+            self._run(horizon)
         finally:
             if was:
                 gc.enable()
+        if horizon == _INF and (not self.timeline or self.timeline[-1]["t"] < self.t):
+            self._sample(self.t)
+        return self
 
-    def _run(self) -> "Engine":
+    def _run(self, horizon: float) -> None:
         reqs, n = self.reqs, len(self.reqs)
         max_model_len, pool = self.max_model_len, self.pool
-        nxt = 0
-        self._last_start = self._last_end = -1.0
-        self.next_sample = self.interval
-        rejected_reasons: dict[str, int] = {}
-        self.rejected_reasons = rejected_reasons
+        nxt = self._nxt
+        rejected_reasons = self.rejected_reasons
         never_fit = self._admission_blocks
         slots = self.slots
         while True:
+            if self.t >= horizon:
+                break  # the next step starts at or after the horizon: arrivals before it may be missing
             if slots is not None:
                 self._gate(nxt)  # a request that finished may have freed a client slot
             # arrivals the scheduler can see: with async scheduling the step starting now was
@@ -168,7 +197,7 @@ class Engine(KVAccounting):
                     self._gate(nxt)
             if not self.running and not self.waiting:
                 if nxt >= n:
-                    break
+                    break  # idle: the run ends, or waits for requests added before the next advance
                 self.t = max(self.t, reqs[nxt].arrival)
                 self._last_end = -1.0
                 continue
@@ -176,7 +205,7 @@ class Engine(KVAccounting):
                 break
             if (self.simple and self.n_dec and not self.pre and not self.waiting and not self.pending
                     and not self._irregular):
-                if self._decode_stretch(reqs[nxt].arrival if nxt < n else _INF):
+                if self._decode_stretch(min(reqs[nxt].arrival if nxt < n else _INF, horizon)):
                     continue  # time moved: take in the arrivals before the next scheduled step
             t_start = self.t
             tokens, seqs, kv_read, pairs, n_sched_dec, stalled, preempted = self._schedule(t_start)
@@ -228,9 +257,7 @@ class Engine(KVAccounting):
             while t_end >= self.next_sample:
                 self._sample(self.next_sample)
                 self.next_sample += self.interval
-        if not self.timeline or self.timeline[-1]["t"] < self.t:
-            self._sample(self.t)
-        return self
+        self._nxt = nxt
 
     # -- the closed loop ----------------------------------------------------------------------
     def _gate(self, nxt: int) -> None:
@@ -566,6 +593,9 @@ class Engine(KVAccounting):
             else:
                 still.append(p)
         self.pre = still
+        self.completed += len(done)
+        self.last_step_end = t_end
+        self.last_step_completed = len(done)
         slots = self.slots
         for r in done:
             if r.status == DECODE:

@@ -90,6 +90,7 @@ class SimResult:
     samples: Mapping[str, Sequence[float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     bench: Mapping[str, Any] = field(default_factory=dict)  # vllm bench serve's figures (its result JSON keys)
+    fleet: Mapping[str, Any] = field(default_factory=dict)  # data parallel: the replicas and their balancer
 
     @property
     def passed(self) -> bool:
@@ -116,6 +117,8 @@ class SimResult:
              "timeline": [dict(t) for t in self.timeline], "first_token_order": list(self.first_token_order),
              "profile": dict(self.profile), "samples": {k: list(v) for k, v in self.samples.items()},
              "notes": list(self.notes), "bench": dict(self.bench)}
+        if self.fleet:
+            d["fleet"] = dict(self.fleet)
         if self.per_request is not None:
             d["per_request"] = [dict(r) for r in self.per_request]
         return d

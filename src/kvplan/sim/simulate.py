@@ -50,26 +50,22 @@ def _api_handoff(requests, prof):
     sees them: a burst reaches the engine spread out. Returns when each request reaches the engine,
     or None when the step model has no API-server cost (calibrated profiles: their
     request_overhead_s covers it)."""
-    c0 = getattr(prof, "api_request_s", 0.0) or 0.0
-    c1 = getattr(prof, "api_prompt_token_s", 0.0) or 0.0
-    if not (c0 or c1):
-        return None
-    free = -math.inf
-    out = []
-    for r in requests:
-        a = r.arrival_s
-        free = (a if a > free else free) + c0 + c1 * r.prompt_tokens
-        out.append(free)
-    return out
+    from .fleet import api_costs, serial_handoff
+
+    return serial_handoff(requests, api_costs(prof))
 
 
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
              plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
              enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
-             per_request: bool = False, max_steps: Optional[int] = None) -> SimResult:
+             per_request: bool = False, max_steps: Optional[int] = None,
+             load_balancer: Optional[str] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
-    :class:`KvplanError`) with vLLM's error text when the configuration would not start."""
+    :class:`KvplanError`) with vLLM's error text when the configuration would not start.
+
+    With ``data_parallel_size`` N > 1 every replica is simulated, the trace reaching them through
+    ``load_balancer`` (:mod:`kvplan.sim.balancer`; default vLLM's own for the plan's version)."""
     if plan_result is None:
         from ..memory import plan
 
@@ -85,28 +81,49 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling)
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result)
-    # closed loop: the engine decides when each request is sent; the API server's serial queue
-    # is not applied there (at most max_concurrency requests wait in it)
-    handoff = None if getattr(trace, "max_concurrency", None) else _api_handoff(trace.requests, prof)
-    engine = Engine(requests=trace.requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
-                    max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
-                    max_model_len=f.max_model_len, profile=prof, groups=kv.groups, sizing=plan_result.sizing,
-                    enable_prefix_caching=enable_prefix_caching,
-                    long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
-                    async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
-                    max_steps=max_steps, max_concurrency=getattr(trace, "max_concurrency", None),
-                    warm_prefixes=getattr(trace, "warm_prefixes", ()) if enable_prefix_caching else ())
-    if handoff is not None:
-        for r, a in zip(engine.reqs, handoff):
-            r.arrival = a
-    engine.run()
-    if handoff is not None:  # latencies count from the client's send, the API server's wait included
-        for r, orig in zip(engine.reqs, trace.requests):
-            r.arrival = orig.arrival_s
-    notes = list(getattr(trace, "notes", ()) or ())
+
+    def make_engine(requests, max_concurrency=None, warm=()):
+        return Engine(requests=requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
+                      max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
+                      max_model_len=f.max_model_len, profile=prof, groups=kv.groups, sizing=plan_result.sizing,
+                      enable_prefix_caching=enable_prefix_caching,
+                      long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
+                      async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
+                      max_steps=max_steps, max_concurrency=max_concurrency,
+                      warm_prefixes=warm if enable_prefix_caching else ())
+
+    fleet = None
     if dp > 1:
-        notes.append(f"data_parallel_size {dp}: one engine (one replica) is simulated with the whole trace; "
-                     "divide the rate by the replicas for per-replica traffic")
+        from .balancer import rule_for
+        from .fleet import FleetView, replica_rows, run_fleet
+
+        rule = rule_for(load_balancer, replicas=dp, vllm_version=_version_of(request),
+                        moe=request.model.is_moe, seed=_trace_seed(trace))
+        engines = run_fleet(make_engine, trace, rule, dp, prof)
+        engine = FleetView(engines)
+        fleet = {"replicas": dp, "replicas_simulated": dp, "load_balancer": rule.to_dict(),
+                 "mode": ("exact: each replica simulated on its share (the rule depends on the arrival order "
+                          "only)" if rule.static else "exact: the replicas simulated together (the rule reads "
+                          "their state)"),
+                 "per_replica": replica_rows(engines)}
+    else:
+        # closed loop: the engine decides when each request is sent; the API server's serial queue
+        # is not applied there (at most max_concurrency requests wait in it)
+        handoff = None if getattr(trace, "max_concurrency", None) else _api_handoff(trace.requests, prof)
+        engine = make_engine(trace.requests, getattr(trace, "max_concurrency", None),
+                             getattr(trace, "warm_prefixes", ()))
+        if handoff is not None:
+            for r, a in zip(engine.reqs, handoff):
+                r.arrival = a
+        engine.run()
+        if handoff is not None:  # latencies count from the client's send, the API server's wait included
+            for r, orig in zip(engine.reqs, trace.requests):
+                r.arrival = orig.arrival_s
+    notes = list(getattr(trace, "notes", ()) or ())
+    if fleet is not None:
+        lb = fleet["load_balancer"]
+        notes.append(f"data_parallel_size {dp}: {dp} replicas behind the {lb['name']} load balancer ({lb['text']}; "
+                     f"{lb['source']}); {fleet['mode']}")
     if not engine.caching and enable_prefix_caching and not engine.simple:
         notes.append("hybrid KV layout: prefix caching is not modelled (every prompt is computed in full)")
     config = {
@@ -120,9 +137,26 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         "long_prefill_token_threshold": long_prefill_token_threshold, "watermark": watermark,
         "async_scheduling": async_scheduling, "kv_groups": [list(g) for g in groups],
         "serve_command": plan_result.serve_command,
+        "load_balancer": fleet["load_balancer"]["name"] if fleet else None,
     }
-    return build_result(engine, trace, config=config, profile=prof, slo=slo, per_request=per_request,
-                        notes=tuple(notes), vllm_semantics=plan_result.vllm_semantics)
+    result = build_result(engine, trace, config=config, profile=prof, slo=slo, per_request=per_request,
+                          notes=tuple(notes), vllm_semantics=plan_result.vllm_semantics)
+    if fleet is not None:
+        import dataclasses
+
+        result = dataclasses.replace(result, fleet=fleet)
+    return result
+
+
+def _version_of(request) -> tuple:
+    from ..memory.semantics import parse_version
+
+    return parse_version(getattr(request, "vllm_version", None))
+
+
+def _trace_seed(trace) -> int:
+    bench = getattr(trace, "bench", None) or {}
+    return int(bench.get("seed") or 0)
 
 
 def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTimeProfile, slo: Sequence = (),
