@@ -65,6 +65,25 @@ FlashinferSampler = Annotated[Optional[bool], typer.Option(
     "version's, with FlashInfer installed as in the release images). --no-flashinfer-sampler: PyTorch-native "
     "top-k/top-p, e.g. a plain `pip install vllm` of 0.10-0.11, whose wheels do not require flashinfer-python.")]
 
+# Serve flags that move memory beyond the KV cache (kvplan.memory.lora, spec_decode, offload)
+EnableLora = Annotated[bool, typer.Option("--enable-lora/--no-enable-lora", help="vLLM's flag: LoRA adapters "
+    "(stacked A/B buffers for --max-loras adapters at --max-lora-rank on every module).")]
+MaxLoras = Annotated[int, typer.Option("--max-loras", help="With --enable-lora: adapters in one batch (GPU slots).")]
+MaxLoraRank = Annotated[int, typer.Option("--max-lora-rank", help="With --enable-lora: the largest adapter rank.")]
+MaxCpuLoras = Annotated[Optional[int], typer.Option(
+    "--max-cpu-loras", help="With --enable-lora: adapters cached in host memory (default: --max-loras).")]
+LoraDtype = Annotated[str, typer.Option("--lora-dtype", help="auto (the model dtype), float16 or bfloat16.")]
+SpeculativeConfig = Annotated[Optional[str], typer.Option(
+    "--speculative-config", help="vLLM's JSON, e.g. '{\"method\": \"eagle3\", \"model\": \"...\", "
+    "\"num_speculative_tokens\": 3}': the drafter's weights, KV layers and profile.")]
+CpuOffloadGb = Annotated[float, typer.Option(
+    "--cpu-offload-gb", help="GiB of weights per GPU kept in pinned host memory (read over PCIe each step).")]
+SwapSpace = Annotated[Optional[float], typer.Option(
+    "--swap-space", help="V0: GiB of CPU swap per GPU (default 4); checked against host memory up to vLLM 0.17.")]
+EnableChunkedPrefill = Annotated[Optional[bool], typer.Option(
+    "--enable-chunked-prefill/--no-enable-chunked-prefill", help="vLLM's switch (default: the version's): without "
+    "it a step holds a whole max-length prompt (V1 honours it from 0.12; V0 turns it on by itself above 32K).")]
+
 
 def plan_flags_help() -> str:
     """One line per plan flag (names and help, from the declarations above): the help of commands
@@ -75,7 +94,9 @@ def plan_flags_help() -> str:
     for decl in (Model, Gpu, GpuMemory, Device, TensorParallelSize, PipelineParallelSize, DataParallelSize, Dtype,
                  Quantization, KvCacheDtype, GpuMemoryUtilization, MaxModelLen, MaxNumSeqs, MaxNumBatchedTokens,
                  BlockSize, EnforceEager, VllmVersion, Engine, KvCacheMemory, KvCacheMemoryBytes,
-                 NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager, FlashinferSampler):
+                 NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager, FlashinferSampler, EnableLora,
+                 MaxLoras, MaxLoraRank, MaxCpuLoras, LoraDtype, SpeculativeConfig, CpuOffloadGb, SwapSpace,
+                 EnableChunkedPrefill):
         info = typing.get_args(decl)[1]
         # in Annotated form typer keeps the first name as ``default``, the others in ``param_decls``
         names = ", ".join(d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-"))
@@ -113,7 +134,10 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
                             max_num_seqs=None, max_num_batched_tokens=None, block_size=None, enforce_eager=False,
                             vllm_version=None, engine=None, kv_cache_memory=None, kv_cache_memory_bytes=None,
                             num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
-                            flashinfer_sampler=None, log=None, given: Collection[str] = frozenset()):
+                            flashinfer_sampler=None, enable_lora=False, max_loras=1, max_lora_rank=16,
+                            max_cpu_loras=None, lora_dtype="auto", speculative_config=None, cpu_offload_gb=0.0,
+                            swap_space=None, enable_chunked_prefill=None, log=None,
+                            given: Collection[str] = frozenset()):
     """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
     strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
 
@@ -209,6 +233,12 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         else flashinfer_sampler,
         kv_memory_source=source,
         notes=version_notes,
+        enable_lora=bool(pick("enable_lora", enable_lora)), max_loras=pick("max_loras", max_loras),
+        max_lora_rank=pick("max_lora_rank", max_lora_rank), max_cpu_loras=pick("max_cpu_loras", max_cpu_loras),
+        lora_dtype=str(pick("lora_dtype", lora_dtype)),
+        speculative_config=_speculative(pick("speculative_config", speculative_config), spec),
+        cpu_offload_gb=float(pick("cpu_offload_gb", cpu_offload_gb) or 0.0), swap_space=pick("swap_space", swap_space),
+        enable_chunked_prefill=pick("enable_chunked_prefill", enable_chunked_prefill),
     )
     if log is not None and source == "log":
         per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
@@ -219,12 +249,34 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     return req
 
 
+def _speculative(value, target):
+    """``--speculative-config`` parsed, with the drafter's config.json where kvplan can load it (a path,
+    a catalog id, or the hub when online); otherwise the planner derives the head from the target."""
+    if value is None:
+        return None
+    from dataclasses import replace
+
+    from ..errors import UnknownModelError
+    from ..memory.spec_decode import parse_speculative_config
+    from ..models import load_model
+
+    config = parse_speculative_config(value)
+    if config.model and config.draft is None:
+        try:
+            config = replace(config, draft=load_model(config.model))
+        except (UsageError, UnknownModelError):
+            pass  # no config to read: an EAGLE head is derived from the target, a draft model is refused
+    return config
+
+
 #: the keyword arguments of :func:`plan_request_from_flags` that are flags (named as the flags)
 PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pipeline_parallel_size",
              "data_parallel_size", "dtype", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
              "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "enforce_eager",
              "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
-             "gpus_per_node", "disable_hybrid_kv_cache_manager", "flashinfer_sampler")
+             "gpus_per_node", "disable_hybrid_kv_cache_manager", "flashinfer_sampler", "enable_lora", "max_loras",
+             "max_lora_rank", "max_cpu_loras", "lora_dtype", "speculative_config", "cpu_offload_gb", "swap_space",
+             "enable_chunked_prefill")
 
 #: ``kvplan plan``'s parameters that shape its output, not the plan
 OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config", "strict")

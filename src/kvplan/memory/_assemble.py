@@ -11,17 +11,21 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..errors import UsageError
-from ..hardware import GIB
 from ..models import params as mparams
 from . import admission
 from ._resolve import ResolvedConfig
 from ._sizing import BlockSizing, KVSizing
+from .budget import BudgetTerms
 from .borderline import SETTLE, error_band_bytes, is_borderline
 from .kv_specs import kv_spec_for
 from .launch import display, multi_node, serve_argv, serve_yaml
 from .request import PlanRequest
+from .lora import lora_memory
+from .offload import num_cpu_blocks, swap_space_bytes
 from .result import (
+    HostMemory,
     KVGroupInfo,
+    LoRAInfo,
     KVInfo,
     MemoryInfo,
     ModelInfo,
@@ -29,6 +33,7 @@ from .result import (
     ParallelInfo,
     PlanResult,
     ResolvedFlags,
+    SpecDecodeInfo,
     StartupInfo,
     WhatIf,
     to_gib,
@@ -66,6 +71,7 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
     if errors and run_len != max_model_len and search:
         serve_starts = replan(replace(req, max_model_len=run_len), what_ifs=False, fit_search=False).startup.ok
     flags = _serve_flags(req, config.gpu_memory_utilization, run_len, config.max_num_seqs, config.dtype)
+    budget = sized.budget
     argv = serve_argv(spec.name, flags)
     resolved = ResolvedFlags(
         device=req.device, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, dtype=config.dtype,
@@ -74,7 +80,8 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=sized.max_num_batched_tokens, block_size=layout.block_size,
         enforce_eager=req.enforce_eager, hybrid_kv_cache_manager=config.hybrid_kv_cache_manager,
-        in_flight_tokens=config.in_flight_tokens,
+        in_flight_tokens=config.in_flight_tokens, chunked_prefill=config.chunked_prefill,
+        lora=_lora_info(config, budget), speculative=_spec_info(config, budget), cpu_offload_gb=req.cpu_offload_gb,
     )
     model_info = ModelInfo(
         id=spec.name, source=spec.source, architecture=(spec.architectures or (spec.model_type,))[0],
@@ -127,7 +134,43 @@ def _memory(config: ResolvedConfig, sized: KVSizing) -> MemoryInfo:
         weights_bytes_per_stage=tuple(s.bytes_per_rank for s in config.weights),
         available_kv_bytes_per_stage=tuple(int(a) for a in available),
         num_gpu_blocks_per_stage=tuple(max(int(a), 0) // b for a, b in zip(available, bytes_per_block)),
+        lora_gib=to_gib(budget.lora_bytes), draft_weights_gib=to_gib(budget.draft_weights_bytes),
+        cpu_offload_gib=to_gib(budget.offloaded_bytes), loaded_gib=to_gib(budget.loaded_bytes),
+        host=_host_memory(config, sized),
     )
+
+
+def _host_memory(config: ResolvedConfig, sized: KVSizing) -> HostMemory | None:
+    """CPU memory one GPU worker needs for --cpu-offload-gb, --max-cpu-loras and V0's --swap-space."""
+    req, sem = config.request, config.semantics
+    offload = sized.budget.offloaded_bytes
+    lora_cache = 0
+    if config.lora is not None:  # whole adapters (unsharded), as loaded from their checkpoints
+        lora_cache = lora_memory(config.model, config.lora, sem, 1, range(config.model.num_layers), True, True,
+                                 config.dtype_bytes).host_bytes
+    cpu_blocks = num_cpu_blocks(sem, req.swap_space, sized.blocks.bytes_per_block)
+    swap = swap_space_bytes(req.swap_space) if sem.engine == "V0" else 0
+    if not (offload or lora_cache or swap):
+        return None
+    return HostMemory(to_gib(offload), to_gib(lora_cache), to_gib(swap), cpu_blocks)
+
+
+def _lora_info(config: ResolvedConfig, budget: BudgetTerms) -> LoRAInfo | None:
+    lora = config.lora
+    if lora is None:
+        return None
+    whole = lora_memory(config.model, lora, config.semantics, 1, range(config.model.num_layers), True, True,
+                        config.dtype_bytes)
+    return LoRAInfo(lora.max_loras, lora.max_lora_rank, lora.cpu_loras, lora.lora_dtype, to_gib(budget.lora_bytes),
+                    to_gib(whole.adapter_bytes), whole.extra_vocab, config.semantics.lora_cudagraph_cases)
+
+
+def _spec_info(config: ResolvedConfig, budget: BudgetTerms) -> SpecDecodeInfo | None:
+    d = config.drafter
+    if d is None:
+        return None
+    return SpecDecodeInfo(d.method, d.num_speculative_tokens, d.model, len(d.layers), to_gib(d.weights_bytes),
+                          d.lookahead_tokens, d.derived)
 
 
 def _kv(config: ResolvedConfig, sized: KVSizing) -> KVInfo:
@@ -137,9 +180,7 @@ def _kv(config: ResolvedConfig, sized: KVSizing) -> KVInfo:
     # per token of the whole model, unsharded (TP 1), at the asked block size
     logical_tok = sum(kv_spec_for(layer.mixer, 1, config.block_size, config.kv_cache_dtype,
                                   config.dtype_bytes).bytes_per_token() or 0 for layer in config.model.layers)
-    cpu_blocks = 0
-    if config.semantics.engine == "V0":
-        cpu_blocks = (4 * GIB) // blocks.bytes_per_block if blocks.bytes_per_block else 0
+    cpu_blocks = num_cpu_blocks(config.semantics, config.request.swap_space, blocks.bytes_per_block)
     groups = tuple(KVGroupInfo(g.spec.kind, len(g.layers), g.spec.page_size_bytes,
                                g.spec.blocks_per_request(blocks.ctx), g.spec) for g in layout.groups)
     return KVInfo(
@@ -226,6 +267,24 @@ def _serve_flags(req: PlanRequest, gpu_memory_utilization: float, max_model_len:
     if req.num_gpu_blocks_override:
         flags["num_gpu_blocks_override"] = req.num_gpu_blocks_override
     flags["enforce_eager"] = req.enforce_eager
+    if req.enable_chunked_prefill is not None:
+        flags["enable_chunked_prefill" if req.enable_chunked_prefill else "no_enable_chunked_prefill"] = True
+    if req.enable_lora:
+        flags["enable_lora"] = True
+        flags["max_loras"] = req.max_loras
+        flags["max_lora_rank"] = req.max_lora_rank
+        if req.max_cpu_loras is not None:
+            flags["max_cpu_loras"] = req.max_cpu_loras
+        if req.lora_dtype != "auto":
+            flags["lora_dtype"] = req.lora_dtype
+        if req.fully_sharded_loras:
+            flags["fully_sharded_loras"] = True
+    if req.speculative_config is not None:
+        flags["speculative_config"] = req.speculative_config.as_json()
+    if req.cpu_offload_gb:
+        flags["cpu_offload_gb"] = req.cpu_offload_gb
+    if req.swap_space is not None:
+        flags["swap_space"] = req.swap_space
     return flags
 
 

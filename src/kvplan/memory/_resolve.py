@@ -28,6 +28,7 @@ from .defaults import (
     resolve_model_dtype,
 )
 from .grouping import KVLayout, build_layout
+from .lora import LoRAConfig
 from .kv_specs import (
     AttentionSpec,
     KVDtype,
@@ -37,8 +38,10 @@ from .kv_specs import (
     promote_to_full,
     with_block_size,
 )
+from .offload import OffloadedWeights, offloaded_weights, swap_space_check
 from .request import PlanRequest, validate
 from .semantics import VllmSemantics, semantics
+from .spec_decode import Drafter, build_drafter
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class ResolvedConfig:
     errors: tuple[admission.StartupError, ...]
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
+    chunked_prefill: bool = True  # whether prefills are chunked (--enable-chunked-prefill as the version settles it)
+    lora: Optional[LoRAConfig] = None  # --enable-lora
+    drafter: Optional[Drafter] = None  # --speculative-config
+    offloaded: tuple[OffloadedWeights, ...] = ()  # --cpu-offload-gb, per pipeline stage
 
     @property
     def model(self) -> ModelSpec:
@@ -100,7 +107,7 @@ class ResolvedConfig:
     def max_num_batched_tokens_at(self, max_model_len: int) -> int:
         """The step's token budget vLLM would use at ``max_model_len``: the asked one, else the default."""
         return self.request.max_num_batched_tokens or _default_max_num_batched_tokens(
-            self.semantics, self.max_num_seqs, self.default_max_num_batched_tokens, max_model_len)
+            self.semantics, self.max_num_seqs, self.default_max_num_batched_tokens, max_model_len, self.chunked_prefill)
 
     def in_flight_tokens_for(self, max_num_batched_tokens: int) -> int:
         return _in_flight_tokens(self.semantics, self.max_concurrent_batches, max_num_batched_tokens)
@@ -154,20 +161,26 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
         errors.append(admission.StartupError(
             "block_size", f"No common block size for {req.block_size} (CPU_ATTN: [MultipleOf(32)])"))
 
+    lora = _lora(req, sem, errors, notes)
+    drafter, sem = _drafter(req, sem, dtype_bytes, quantization, errors, notes)
+    chunked_prefill = _chunked_prefill(req, sem, max_model_len, drafter is not None, notes)
+
     world_size = tensor_parallel_size * pipeline_parallel_size
     default_batched, default_seqs = batch_defaults(sem, gpu, device, world_size, req.entrypoint)
     max_num_seqs = req.max_num_seqs or default_seqs
     # The default token budget at the asked length is capped with the default max_num_seqs; the
     # lengths sized later (auto-fit, the capacity ladder) with max_num_seqs as capped below.
     max_num_batched_tokens = req.max_num_batched_tokens or _default_max_num_batched_tokens(
-        sem, max_num_seqs, default_batched, max_model_len)
+        sem, max_num_seqs, default_batched, max_model_len, chunked_prefill)
     if not req.max_num_seqs and sem.default_max_num_seqs_capped_by_batch:
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
     concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
 
     block_size = req.block_size or default_block_size(spec, gpu, device, sem, kv_cache_dtype.name)
     stages = mparams.pp_layer_ranges(spec.num_layers, pipeline_parallel_size)
-    layout, hybrid_kv_cache_manager = _layout(req, sem, kv_cache_dtype, block_size, dtype_bytes, stages)
+    if drafter is not None and drafter.layers:  # the drafter's KV layers follow the target's, on the last stage
+        stages[-1] = range(stages[-1].start, spec.num_layers + len(drafter.layers))
+    layout, hybrid_kv_cache_manager = _layout(req, sem, kv_cache_dtype, block_size, dtype_bytes, stages, drafter)
     if layout.block_size != block_size:
         notes.append(f"Attention block size raised from {block_size} to {layout.block_size} tokens so that one "
                      "attention page holds a whole recurrent state (vLLM _align_hybrid_block_size).")
@@ -178,6 +191,12 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if mxfp4 else None
     weights = mparams.weights_per_rank(spec, tensor_parallel_size, pipeline_parallel_size, dtype_bytes, quantization,
                                        moe_padding)
+    offloaded = _offloaded(req, weights, dtype_bytes, quantization, device, notes)
+    swap = swap_space_check(sem, req.swap_space, tensor_parallel_size, req.host_memory_bytes)
+    if swap and swap[0] == "error":
+        errors.append(admission.StartupError("swap_space", swap[1]))
+    elif swap:
+        warnings.append(swap[1])
     if req.kv_cache_memory_per_stage is not None and len(req.kv_cache_memory_per_stage) != pipeline_parallel_size:
         raise UsageError(f"{len(req.kv_cache_memory_per_stage)} KV memory figures for "
                          f"{pipeline_parallel_size} pipeline stages")
@@ -191,15 +210,105 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
         in_flight_tokens=_in_flight_tokens(sem, concurrent_batches, max_num_batched_tokens),
         block_size=block_size, stages=tuple(stages), layout=layout, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         weights=tuple(weights), errors=tuple(errors), warnings=tuple(warnings), notes=tuple(notes),
+        chunked_prefill=chunked_prefill, lora=lora, drafter=drafter, offloaded=offloaded,
     )
 
 
-def _default_max_num_batched_tokens(sem: VllmSemantics, max_num_seqs: int, default: int, max_model_len: int) -> int:
+def _default_max_num_batched_tokens(sem: VllmSemantics, max_num_seqs: int, default: int, max_model_len: int,
+                                    chunked_prefill: bool = True) -> int:
     if sem.engine == "V0":
-        # V0 turned chunked prefill on by itself above 32K tokens of context, with a
-        # 2,048-token batch; otherwise a batch holds a whole max-length prompt.
-        return 2048 if max_model_len > 32768 and sem.v0_chunks_long_context else max(max_model_len, 2048)
+        # V0 chunks prefills with a small batch (VllmSemantics.v0_chunked_batch_tokens); otherwise a
+        # batch holds a whole max-length prompt.
+        return sem.v0_chunked_batch_tokens if chunked_prefill else max(max_model_len, 2048)
+    if not chunked_prefill:  # 0.12+ (VllmSemantics.v1_chunked_prefill_switch): a whole prompt per step
+        default = max(max_model_len, default)
     return min(max_num_seqs * max_model_len, default) if sem.batch_cap_by_max_len else default
+
+
+def _chunked_prefill(req: PlanRequest, sem: VllmSemantics, max_model_len: int, speculative: bool,
+                     notes: list[str]) -> bool:
+    """``--enable-chunked-prefill`` as the version settles it. V0 (``_set_default_args_v0``, 0.8.5;
+    ``create_engine_config``, 0.6.4.post1): off unless asked, but turned on by itself above 32K tokens of
+    context on CUDA, except with a sliding window, speculative decoding or LoRA (and, from 0.8, for MLA and
+    multimodal models). V1: always on up to 0.11; from 0.12 the switch is honoured."""
+    model = req.model
+    if sem.engine == "V0":
+        if req.enable_chunked_prefill is not None:
+            return req.enable_chunked_prefill
+        if max_model_len <= 32768 or req.device != "cuda" or not sem.v0_chunks_long_context:
+            return False
+        skip = (model.sliding_window is not None or speculative or req.enable_lora or (
+            sem.v0_long_context_chunking_skips_mla_and_multimodal and (model.is_mla or model.has_vision)))
+        if skip and (speculative or req.enable_lora):
+            notes.append(f"vLLM {sem.label} (V0) does not turn chunked prefill on by itself above 32K tokens with "
+                         "LoRA or speculative decoding: every profile step holds a whole max-length prompt.")
+        return not skip
+    if req.enable_chunked_prefill is False and not sem.v1_chunked_prefill_switch:
+        notes.append(f"vLLM {sem.label} (V1) always chunks prefills: --no-enable-chunked-prefill has no effect.")
+        return True
+    return req.enable_chunked_prefill is not False
+
+
+def _lora(req: PlanRequest, sem: VllmSemantics, errors: list, notes: list[str]) -> Optional[LoRAConfig]:
+    """``--enable-lora`` and its flags, with the checks ``LoRAConfig`` makes (as start-up errors)."""
+    if not req.enable_lora:
+        return None
+    config = LoRAConfig(req.max_loras, req.max_lora_rank, req.max_cpu_loras, req.lora_dtype, req.fully_sharded_loras,
+                        req.lora_extra_vocab_size)
+    ranks = sem.lora_max_ranks
+    if config.max_lora_rank not in ranks:
+        errors.append(admission.StartupError(
+            "lora_config", f"max_lora_rank ({config.max_lora_rank}) must be one of {ranks}."))
+    if config.max_cpu_loras is not None and config.max_cpu_loras < config.max_loras:
+        errors.append(admission.StartupError(
+            "lora_config", f"max_cpu_loras ({config.max_cpu_loras}) must be >= max_loras ({config.max_loras})"))
+    if req.model.vocab_size > sem.lora_max_vocab:
+        errors.append(admission.StartupError(
+            "lora_config", f"When using LoRA, vocab size must be <= {sem.lora_max_vocab}"))
+    refusal = sem.lora_refuses_cpu_offload
+    if refusal and req.cpu_offload_gb > 0:
+        errors.append(admission.StartupError("lora_config", refusal))
+    if config.fully_sharded_loras and req.tensor_parallel_size > 1 and config.max_lora_rank % req.tensor_parallel_size:
+        errors.append(admission.StartupError(
+            "lora_config", f"{config.max_lora_rank} is not divisible by {req.tensor_parallel_size}"))
+    return config
+
+
+def _drafter(req: PlanRequest, sem: VllmSemantics, dtype_bytes: int, quantization, errors: list,
+             notes: list[str]) -> tuple[Optional[Drafter], VllmSemantics]:
+    """``--speculative-config``: the drafter vLLM builds (spec_decode.build_drafter), and the engine's
+    rules after a V1 -> V0 fall-back for a draft model in 0.8-0.9."""
+    if req.speculative_config is None:
+        return None, sem
+    drafter = build_drafter(req.speculative_config, req.model, sem, req.tensor_parallel_size, dtype_bytes,
+                            quantization)
+    notes.extend(drafter.notes)
+    if drafter.method == "draft_model":
+        support = sem.draft_model_speculation
+        if support == "refused":
+            errors.append(admission.StartupError(
+                "speculative_config", "Speculative decoding with draft model is not supported yet. Please consider "
+                "using other speculative decoding methods such as ngram, medusa, eagle, or "
+                + ("deepseek_mtp." if sem.version < (0, 11) else "mtp.")))
+        elif support == "v0_fallback" and req.engine is None:
+            sem = replace(sem, engine_override="V0")
+            notes.append(f"vLLM {sem.label} runs a draft model only on the V0 engine: it falls back to V0, and "
+                         "this plan follows V0's rules.")
+    return drafter, sem
+
+
+def _offloaded(req: PlanRequest, weights: list, dtype_bytes: int, quantization, device: str,
+               notes: list[str]) -> tuple[OffloadedWeights, ...]:
+    """``--cpu-offload-gb``: the parameters each stage's GPU moves to pinned CPU memory."""
+    if not req.cpu_offload_gb or device != "cuda":
+        return ()
+    out = tuple(offloaded_weights(req.model, req.cpu_offload_gb, w.layers, req.tensor_parallel_size, dtype_bytes,
+                                  quantization) for w in weights)
+    moved = max(o.bytes for o in out)
+    notes.append(f"--cpu-offload-gb {req.cpu_offload_gb:g}: {moved / (1 << 30):.2f} GiB of decoder-layer weights per "
+                 f"GPU live in pinned CPU memory (whole parameters, in layer order, until the limit is passed) and "
+                 "are read over PCIe at every step.")
+    return out
 
 
 def _max_concurrent_batches(sem: VllmSemantics, device: str, pipeline_parallel_size: int) -> int:
@@ -238,12 +347,19 @@ def resolve_quantization(req: PlanRequest) -> Optional[Quantization]:
 
 
 def _layout(req: PlanRequest, sem: VllmSemantics, kv_cache_dtype: KVDtype, block_size: int, dtype_bytes: int,
-            stages: list[range]) -> tuple[KVLayout, bool]:
-    """The per-layer KV specs grouped as vLLM groups them, and whether the hybrid KV cache manager is on."""
+            stages: list[range], drafter: Optional[Drafter] = None) -> tuple[KVLayout, bool]:
+    """The per-layer KV specs grouped as vLLM groups them, and whether the hybrid KV cache manager is on.
+    A drafter's attention layers join the pool after the target's, on the last stage."""
     spec = req.model
-    specs = [_version_quirks(kv_spec_for(layer.mixer, req.tensor_parallel_size, block_size, kv_cache_dtype,
-                                         dtype_bytes), sem) for layer in spec.layers]
-    chunked = any(isinstance(layer.mixer, ChunkedLocalAttention) for layer in spec.layers)
+    layers = list(spec.layers)
+    draft_tp = req.tensor_parallel_size
+    if drafter is not None and drafter.layers:
+        layers += drafter.layers
+        draft_tp = drafter.tensor_parallel_size
+    specs = [_version_quirks(kv_spec_for(layer.mixer, req.tensor_parallel_size if i < spec.num_layers else draft_tp,
+                                         block_size, kv_cache_dtype, dtype_bytes), sem)
+             for i, layer in enumerate(layers)]
+    chunked = any(isinstance(layer.mixer, ChunkedLocalAttention) for layer in layers)
     # HMA is off before 0.10, on request, and for chunked-local models (Llama-4) where the
     # version's VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default says so (≤0.14).
     hybrid_kv_cache_manager = (sem.hybrid_kv_cache_manager and not req.disable_hybrid_kv_cache_manager

@@ -67,16 +67,16 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
 
     budgets, available = _budgets_at(config, max_num_batched_tokens)
     source = req.kv_memory_source if req.kv_cache_memory_bytes is not None else "estimate"
-    budget = max(budgets, key=lambda b: b.weights_bytes)
+    budget = max(budgets, key=lambda b: b.loaded_bytes)
 
     if config.device == "cuda" and req.kv_cache_memory_bytes is None and sem.startup_checks_free_memory:
         free = gpu.memory_bytes - budget.preexisting_bytes
         if free < budget.requested_bytes:
             errors.append(admission.free_memory_below_requested(sem, free, gpu.memory_bytes,
                                                                config.gpu_memory_utilization, budget.requested_bytes))
-    weights_oom = config.device == "cuda" and budget.weights_bytes + budget.preexisting_bytes > gpu.memory_bytes
+    weights_oom = config.device == "cuda" and budget.loaded_bytes + budget.preexisting_bytes > gpu.memory_bytes
     if weights_oom:
-        errors.append(admission.weights_do_not_fit(budget.weights_bytes, gpu.memory_bytes, budget.preexisting_bytes,
+        errors.append(admission.weights_do_not_fit(budget.loaded_bytes, gpu.memory_bytes, budget.preexisting_bytes,
                                                    config.tensor_parallel_size, config.pipeline_parallel_size))
 
     # The block count, the worst stage and the memory checked depend on the memory only, not on
@@ -133,6 +133,11 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
                      f"workspace, which vLLM {sem.label} builds at TP {config.tensor_parallel_size} while it "
                      "profiles: three buffers, each rounded up to the driver's multicast granularity (512 MiB "
                      "assumed on NVSwitch GPUs). --enforce-eager (no compilation) leaves it out.")
+    if budget.uncharged_bytes and source == "estimate":
+        notes.append(f"vLLM {sem.label} (V0) does not charge {to_gib(budget.uncharged_bytes):.2f} GiB of LoRA / draft-model "
+                     "weights to its KV budget (allocated after its weights are measured: vLLM issue #14450, PR #14067): "
+                     "the KV cache is sized as if they were not there, so they must fit in the memory "
+                     "--gpu-memory-utilization leaves free, or vLLM runs out of memory later.")
     if blocks.max_concurrency >= config.max_num_seqs and not errors:
         notes.append(f"The KV cache holds {blocks.max_concurrency:.0f} requests of {max_model_len:,} tokens, more "
                      f"than --max-num-seqs {config.max_num_seqs}: the scheduler's limit, not memory, caps concurrency.")

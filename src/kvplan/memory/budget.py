@@ -36,6 +36,7 @@ from ..models.spec import DenseMLP, ModelSpec, MoEMLP
 from .allocator import rounding_bytes
 from .encoder_profile import EncoderProfile, encoder_profile
 from .kv_specs import cdiv
+from .flag_terms import serve_flag_terms
 from .semantics import VllmSemantics
 
 if TYPE_CHECKING:
@@ -170,16 +171,31 @@ class BudgetTerms:
     encoder: Optional[EncoderProfile] = None
     #: FlashInfer's all-reduce fusion workspace, part of ``non_torch_bytes`` (allreduce_fusion_workspace_bytes)
     allreduce_workspace_bytes: int = 0
+    #: --enable-lora: the stacked adapter buffers (and the extra-vocabulary growth), kvplan.memory.lora
+    lora_bytes: int = 0
+    #: --speculative-config: the drafter's weights on this GPU, kvplan.memory.spec_decode
+    draft_weights_bytes: int = 0
+    #: --cpu-offload-gb: weights moved to pinned CPU memory (already taken off ``weights_bytes``)
+    offloaded_bytes: int = 0
+    #: LoRA / drafter bytes on the GPU that this version's budget does not charge (V0's late allocations)
+    uncharged_bytes: int = 0
+
+    @property
+    def loaded_bytes(self) -> int:
+        """What vLLM's "Model loading took" counts: the weights left on the GPU, the drafter's and the
+        LoRA buffers (0.8+; kvplan.memory.semantics.lora_in_logged_weights)."""
+        return self.weights_bytes + self.lora_bytes + self.draft_weights_bytes
 
     @property
     def non_kv_bytes(self) -> int:
-        return self.weights_bytes + self.non_torch_bytes + self.activation_bytes + self.cudagraph_bytes
+        return self.loaded_bytes + self.non_torch_bytes + self.activation_bytes + self.cudagraph_bytes
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, limit: int = 512) -> list[int]:
+def cudagraph_capture_sizes(max_num_seqs: int, limit: int = 512, decode_query_len: int = 1) -> list[int]:
     """vllm/config/compilation.py: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), with
-    max_cudagraph_capture_size = min(2 × max_num_seqs, 512) by default."""
-    top = min(2 * max_num_seqs, limit)
+    max_cudagraph_capture_size = min(2 × max_num_seqs × decode_query_len, 512) by default
+    (``decode_query_len`` = 1 + num_speculative_tokens from 0.14, VllmConfig._set_cudagraph_sizes)."""
+    top = min(2 * max_num_seqs * decode_query_len, limit)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
     return [s for s in sizes if s <= top]
 
@@ -292,13 +308,17 @@ def profile_logit_rows(sem: VllmSemantics, device: str, flashinfer: bool | None,
 def activation_peak_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
                           max_num_seqs: int, last_stage: bool = True,
                           sampler_bytes: int = SAMPLER_FLASHINFER_BYTES_PER_LOGIT,
-                          rows: Optional[int] = None, persistent_bytes: int = 0) -> int:
+                          rows: Optional[int] = None, persistent_bytes: int = 0,
+                          forward_floor_bytes: int = 0, forward_extra_bytes: int = 0) -> int:
     """profile_run: ``_dummy_run(max_num_tokens)`` then, on the last PP rank,
     ``_dummy_sampler_run`` over ``min(max_num_seqs, max_num_tokens)`` rows (``rows`` when the
     version computes another number of logit rows, :func:`profile_logit_rows`); the forward's
     hidden states stay referenced while the sampler runs, and so do ``persistent_bytes`` the forward
-    left allocated (the MoE workspace, :func:`moe_workspace_bytes`)."""
-    forward = max_num_batched_tokens * _layer_activation_per_token(spec, tp, dtype_bytes)
+    left allocated (the MoE workspace, :func:`moe_workspace_bytes`). ``forward_floor_bytes``: another
+    forward of the profile that may be wider (a drafter's dummy run); ``forward_extra_bytes``: buffers
+    live on top of the widest layer (LoRA's shrink buffer, a V0 offloaded layer's copy)."""
+    forward = max(max_num_batched_tokens * _layer_activation_per_token(spec, tp, dtype_bytes),
+                  forward_floor_bytes) + forward_extra_bytes
     sampler = 0
     if last_stage:
         if rows is None:
@@ -345,12 +365,13 @@ def moe_workspace_bytes(config: ResolvedConfig, max_num_batched_tokens: int) -> 
 
 
 def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_seqs: int,
-                             layers_on_rank: int) -> int:
-    sizes = cudagraph_capture_sizes(max_num_seqs)
+                             layers_on_rank: int, decode_query_len: int = 1, cases: int = 1) -> int:
+    """``cases``: graphs captured per size (2 with LoRA, VllmSemantics.lora_cudagraph_cases)."""
+    sizes = cudagraph_capture_sizes(max_num_seqs, decode_query_len=decode_query_len)
     first = sizes[-1] * _layer_activation_per_token(spec, tp, dtype_bytes)
     per_graph = GRAPH_BASE_BYTES + GRAPH_PER_LAYER_BYTES * layers_on_rank
     modes = 2  # FULL_AND_PIECEWISE: decode FULL graphs and PIECEWISE graphs
-    return int(first + per_graph * modes * (len(sizes) - 1))
+    return int(first + per_graph * modes * (cases * len(sizes) - 1))
 
 
 def rope_positions(spec: ModelSpec) -> int:
@@ -414,10 +435,16 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
+    extras = serve_flag_terms(config, stage, max_num_batched_tokens, rows, sampler_bytes,
+                              native_sort_bytes_per_logit(rows, spec.vocab_size))
+    weights -= extras.offloaded_bytes
+    if last_stage and extras.rejection_bytes_per_logit:  # the dummy rejection sampler runs after the sampler
+        sampler_bytes = max(sampler_bytes, extras.rejection_bytes_per_logit)
     # left allocated while the sampler runs: the MoE workspace, and the sampler kernel's own scratch
     persistent = moe_workspace_bytes(config, max_num_batched_tokens) + triton_sampler_scratch_bytes(config, rows)
     activation = activation_peak_bytes(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens,
-                                       config.max_num_seqs, last_stage, sampler_bytes, rows, persistent)
+                                       config.max_num_seqs, last_stage, sampler_bytes, rows, persistent,
+                                       extras.drafter_forward_bytes, extras.forward_extra_bytes)
     if device == "cuda":  # allocated at the profile's first GEMM, held through both peaks
         activation += cublas_workspace_bytes(config.gpu.sm)
     encoder = encoder_profile(spec, tensor_parallel_size, dtype_bytes, max_num_batched_tokens, sem.engine,
@@ -429,12 +456,16 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     graphs = 0
     if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,
-                                          len(stage.layers))
+                                          len(stage.layers) + extras.drafter_layers, extras.decode_query_len,
+                                          extras.cudagraph_cases)
     preexisting = CUDA_CONTEXT_BYTES + (NCCL_INIT_BYTES if multi_gpu else 0)
+    flags = dict(lora_bytes=extras.lora_bytes, draft_weights_bytes=extras.draft_weights_bytes,
+                 offloaded_bytes=extras.offloaded_bytes, uncharged_bytes=extras.uncharged_bytes)
     if kv_cache_memory_bytes is not None:
         return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder, fusion_workspace)
-    charged = weights + non_torch + activation + graphs
+                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder, fusion_workspace, **flags)
+    charged = weights + extras.lora_bytes + extras.draft_weights_bytes - extras.uncharged_bytes + non_torch \
+        + activation + graphs
     charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
     return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                       preexisting, requested - charged, "estimate", encoder, fusion_workspace)
+                       preexisting, requested - charged, "estimate", encoder, fusion_workspace, **flags)

@@ -7,6 +7,7 @@ from typing import Optional
 from ..errors import UsageError
 from ..hardware import Gpu
 from ..models.spec import ModelSpec
+from .spec_decode import SpeculativeConfig, parse_speculative_config
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,24 @@ class PlanRequest:
     kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
     measured: Optional[dict] = None
     notes: tuple[str, ...] = ()  # said by whoever built the request (e.g. a log's version fallback)
+    # --- serve flags that move memory beyond the KV cache (memory/lora.py, spec_decode.py, offload.py)
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: Optional[int] = None  # None: max_loras
+    lora_dtype: str = "auto"
+    fully_sharded_loras: bool = False
+    lora_extra_vocab_size: Optional[int] = None  # None: the version's default (256 up to 0.11)
+    # --speculative-config: a SpeculativeConfig, or its JSON text / mapping (parsed here)
+    speculative_config: Optional[SpeculativeConfig] = None
+    cpu_offload_gb: float = 0.0  # GiB of weights per GPU in pinned CPU memory
+    swap_space: Optional[float] = None  # GiB of CPU swap per GPU (V0; default 4)
+    enable_chunked_prefill: Optional[bool] = None  # None: the version's default
+    host_memory_bytes: Optional[int] = None  # the host's RAM, for the swap-space and offload checks
+
+    def __post_init__(self) -> None:
+        if self.speculative_config is not None and not isinstance(self.speculative_config, SpeculativeConfig):
+            object.__setattr__(self, "speculative_config", parse_speculative_config(self.speculative_config))
 
 
 def validate(req: PlanRequest) -> None:
@@ -59,5 +78,16 @@ def validate(req: PlanRequest) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if req.max_model_len is not None and req.max_model_len < 1 and req.max_model_len != -1:
         raise UsageError("--max-model-len must be positive, or -1/auto to fit the KV cache")
+    if req.enable_lora:
+        if req.max_loras < 1:
+            raise UsageError("--max-loras must be at least 1")
+        if req.max_lora_rank < 1:
+            raise UsageError("--max-lora-rank must be at least 1")
+        if req.lora_dtype not in ("auto", "float16", "bfloat16"):
+            raise UsageError(f"--lora-dtype must be auto, float16 or bfloat16, got {req.lora_dtype!r}")
+    if req.cpu_offload_gb < 0:
+        raise UsageError(f"--cpu-offload-gb must be at least 0, got {req.cpu_offload_gb}")
+    if req.swap_space is not None and req.swap_space < 0:
+        raise UsageError(f"--swap-space must be at least 0, got {req.swap_space}")
     if req.device not in ("cuda", "cpu"):
         raise UsageError(f"--device must be cuda or cpu, got {req.device!r}")

@@ -59,6 +59,10 @@ class ResolvedFlags:
     enforce_eager: bool
     hybrid_kv_cache_manager: bool
     in_flight_tokens: int
+    chunked_prefill: bool = True
+    lora: Optional["LoRAInfo"] = None
+    speculative: Optional["SpecDecodeInfo"] = None
+    cpu_offload_gb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,51 @@ class MemoryInfo:
     # per pipeline stage: KV memory and blocks each stage's budget gives (vLLM takes the minimum)
     available_kv_bytes_per_stage: tuple[int, ...] = ()
     num_gpu_blocks_per_stage: tuple[int, ...] = ()
+    # serve flags that move memory (kvplan.memory.lora, spec_decode, offload); 0 without them
+    lora_gib: float = 0.0  # --enable-lora: the stacked adapter buffers on one GPU
+    draft_weights_gib: float = 0.0  # --speculative-config: the drafter's weights on one GPU
+    cpu_offload_gib: float = 0.0  # --cpu-offload-gb: weights moved off one GPU (already out of weights_gib_per_gpu)
+    loaded_gib: float = 0.0  # what vLLM's "Model loading took" counts: weights + LoRA + drafter
+    host: Optional["HostMemory"] = None  # CPU memory one worker needs for these flags
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host (CPU) memory per GPU worker that the serve flags ask for, in GiB."""
+
+    cpu_offload_gib: float = 0.0  # pinned weights (--cpu-offload-gb)
+    lora_cache_gib: float = 0.0  # max_cpu_loras adapters at max_lora_rank (--max-cpu-loras)
+    swap_space_gib: float = 0.0  # V0's CPU KV blocks (--swap-space)
+    num_cpu_blocks: int = 0
+
+    @property
+    def total_gib(self) -> float:
+        return round(self.cpu_offload_gib + self.lora_cache_gib + self.swap_space_gib, 4)
+
+
+@dataclass(frozen=True)
+class SpecDecodeInfo:
+    """The drafter of --speculative-config, as planned."""
+
+    method: str
+    num_speculative_tokens: int
+    model: Optional[str]
+    kv_layers: int  # attention layers it adds to the KV pool
+    weights_gib: float
+    lookahead_tokens: int  # slots admission reserves per running request
+    derived_from_target: bool  # the head's shape was derived from the target (no config.json given)
+
+
+@dataclass(frozen=True)
+class LoRAInfo:
+    max_loras: int
+    max_lora_rank: int
+    max_cpu_loras: int
+    lora_dtype: str
+    gpu_gib: float  # on the GPU reported (the stage with the most weights)
+    adapter_gib: float  # one adapter at max rank on every module, whole
+    extra_vocab: int
+    cudagraph_cases: int
 
 
 @dataclass(frozen=True)

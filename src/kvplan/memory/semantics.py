@@ -466,6 +466,128 @@ class VllmSemantics:
         """0.33+: MLA block sizes per architecture (SM 10.x: 32; SM 9.x: 64 for fp8 KV, else 16)."""
         return self.version >= (0, 33)
 
+    # -- LoRA, speculative decoding, CPU offload, swap space, chunked prefill (memory/lora.py,
+    #    spec_decode.py, offload.py) -------------------------------------------------------------
+    @property
+    def lora_extra_vocab(self) -> bool:
+        """Up to 0.11 LoRA reserves ``lora_extra_vocab_size`` (default 256) added tokens: bigger
+        embedding/LM-head LoRA buffers, ``(max_loras, extra, hidden)`` embeddings, and the base vocab
+        grown by the extra rows (read in 0.6.4.post1, 0.8.5, 0.10.1.1, 0.11.0; 0.11.0 deprecates it,
+        0.12.0 has none)."""
+        return self.version < (0, 12)
+
+    @property
+    def lora_wraps_moe_experts(self) -> bool:
+        """0.12+: ``FusedMoEWithLoRA`` stacks LoRA for every expert (``lora/layers/fused_moe.py``, read
+        in 0.12.0 and 0.19.0); up to 0.11 the experts are not wrapped."""
+        return self.version >= (0, 12)
+
+    @property
+    def lora_in_logged_weights(self) -> bool:
+        """Whether "Model loading took" includes the LoRA buffers: V1 builds them inside the loading
+        measurement (0.7.3+), V0 from 0.8 (0.7.3 and 0.6.4.post1 V0 build them after it)."""
+        return self.engine == "V1" or self.version >= (0, 8)
+
+    @property
+    def v0_profile_skips_late_allocations(self) -> bool:
+        """V0 from 0.6.5 (``memory_profiling``: 0.6.6.post1, 0.7.3, 0.8.5) charges the weights the
+        model-loading measurement saw plus the profile's torch peak *above what was allocated when it
+        began*: anything allocated between the two (LoRA buffers in 0.6.5-0.7, vLLM issue #14450; a V0
+        draft model's weights, vLLM PR #14067) takes GPU memory the budget never charges."""
+        return self.engine == "V0" and self.version >= (0, 6, 5)
+
+    @property
+    def lora_cudagraph_cases(self) -> int:
+        """CUDA graphs captured per size with LoRA on: 0.12+ capture with and without LoRA
+        (``cudagraph_specialize_lora`` defaults True; ``CudagraphDispatcher``, read in 0.12.0, 0.14.0,
+        0.19.0 and 0.33.0: ``[0] + [max_loras + 1]``); earlier versions one."""
+        return 2 if self.version >= (0, 12) else 1
+
+    @property
+    def lora_max_ranks(self) -> tuple[int, ...]:
+        """``max_lora_rank`` values vLLM accepts: 8-256 (0.6.4.post1, 0.7.3), adds 320 and 512 in 0.8.5,
+        and 1 by 0.19.0 (``MaxLoRARanks``)."""
+        if self.version < (0, 8):
+            return (8, 16, 32, 64, 128, 256)
+        if self.version < (0, 19):
+            return (8, 16, 32, 64, 128, 256, 320, 512)
+        return (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+    @property
+    def lora_max_vocab(self) -> int:
+        """The largest vocabulary LoRA takes (``LogitsProcessorWithLoRA.create_lora_weights``): 257,024
+        up to 0.11 (0.8.5: ``32000 < vocab_size > 257024`` raises), 258,048 from 0.12 (0.19.0)."""
+        return 257024 if self.version < (0, 12) else 258048
+
+    @property
+    def lora_refuses_cpu_offload(self) -> Optional[str]:
+        """vLLM's refusal of ``--enable-lora`` with ``--cpu-offload-gb``: every engine in 0.7 (0.7.3
+        ``LoRAConfig.verify_with_cache_config``), V0 only in 0.8-0.10 (0.8.5, 0.10.1.1); None otherwise."""
+        if (0, 7) <= self.version < (0, 8):
+            return "CPU offload is not supported with LoRA yet."
+        if self.engine == "V0" and (0, 8) <= self.version < (0, 11):
+            return "V0 LoRA does not support CPU offload, please use V1."
+        return None
+
+    @property
+    def mtp_shares_lm_head(self) -> bool:
+        """0.19+: the MTP layer's ``shared_head.head`` is replaced by the target's LM head
+        (``EagleProposer._maybe_share_lm_head``); 0.9.2-0.14.0 keep the layer's own copy."""
+        return self.version >= (0, 19)
+
+    @property
+    def draft_model_speculation(self) -> str:
+        """What V1 does with ``method: draft_model``: ``v0_fallback`` (0.8-0.9: the oracle picks V0),
+        ``refused`` (0.10-0.18: "Speculative decoding with draft model is not supported yet", read in
+        0.10.1.1, 0.11.0, 0.12.0, 0.14.0), ``supported`` (0.19+: ``v1/spec_decode/draft_model.py``).
+        V0 always runs it."""
+        if self.engine == "V0":
+            return "supported"
+        if self.version < (0, 10):
+            return "v0_fallback"
+        return "refused" if self.version < (0, 19) else "supported"
+
+    @property
+    def cudagraph_sizes_scale_with_spec_tokens(self) -> bool:
+        """0.14+: the largest captured size is ``min(max_num_seqs × (1 + k) × 2, 512)``
+        (``VllmConfig._set_cudagraph_sizes``, read in 0.14.0 and 0.19.0; 0.12.0 has ``max_num_seqs × 2``)."""
+        return self.version >= (0, 14)
+
+    @property
+    def rejection_sampler_profile(self) -> str:
+        """The dummy rejection sampler of the profile (spec_decode.rejection_sampler_bytes_per_logit):
+        ``target_only`` up to 0.11, ``bonus_and_target`` from 0.12."""
+        return "target_only" if self.version < (0, 12) else "bonus_and_target"
+
+    @property
+    def cpu_offload_uva(self) -> bool:
+        """V1 reads offloaded weights in place through unified addressing (0.8.5+); V0 copies an
+        offloaded layer back for every forward (offload.py)."""
+        return self.engine == "V1"
+
+    @property
+    def checks_swap_space(self) -> bool:
+        """``--swap-space`` is checked against the host's memory up to 0.17 (0.18 removed it)."""
+        return self.version < (0, 18)
+
+    @property
+    def v0_chunked_batch_tokens(self) -> int:
+        """V0's default token budget with chunked prefill on: 512 up to 0.6.4 (0.6.4.post1
+        ``SchedulerConfig``), 2,048 from 0.6.6 (0.6.6.post1, 0.7.3, 0.8.5)."""
+        return 512 if self.version < (0, 6, 5) else 2048
+
+    @property
+    def v0_long_context_chunking_skips_mla_and_multimodal(self) -> bool:
+        """0.8+ V0 never turns chunked prefill on by itself for MLA or multimodal models
+        (``_set_default_args_v0``; 0.6.4.post1 skips multimodal only)."""
+        return self.version >= (0, 8)
+
+    @property
+    def v1_chunked_prefill_switch(self) -> bool:
+        """0.12+: V1 honours ``--no-enable-chunked-prefill`` (``max_num_batched_tokens = max(max_model_len,
+        default)``); 0.8.5-0.11.0 force chunked prefill on for generative models."""
+        return self.version >= (0, 12)
+
     def gib(self, nbytes: float) -> str:
         value = nbytes / (1 << 30)
         if self.format_gib_style == "round":

@@ -23,8 +23,11 @@ def memory_segments(r: PlanResult) -> list[tuple[str, float]]:
     reserved_outside = max(m.total_gib_per_gpu - m.requested_gib, 0.0)
     kv = m.kv_cache_used_gib
     unused = max(m.requested_gib - m.non_kv_gib - kv, 0.0) if m.source == "estimate" else 0.0
+    flag_terms = [(name, value) for name, value in (("LoRA adapters", m.lora_gib), ("draft model", m.draft_weights_gib))
+                  if value > 0]
     return [
         ("weights", m.weights_gib_per_gpu),
+        *flag_terms,
         ("non-torch", m.non_torch_gib),
         ("activation peak", m.activation_peak_gib),
         ("CUDA graphs", m.cudagraph_gib),
@@ -100,3 +103,34 @@ def what_if_caption(r: PlanResult) -> str:
         return (f"what if (each row planned at --max-model-len {r.what_if_max_model_len:,}, the fallback length: "
                 f"{r.flags.max_model_len:,} fails)")
     return "what if"
+
+
+def serve_flag_lines(r: PlanResult) -> list[str]:
+    """One line per serve flag that moves memory (LoRA, speculative decoding, CPU offload, host memory)."""
+    f, m = r.flags, r.memory
+    out = []
+    if f.lora is not None:
+        lo = f.lora
+        out.append(f"LoRA: {lo.max_loras} adapter slot(s) at rank {lo.max_lora_rank} ({lo.lora_dtype}): {lo.gpu_gib:.2f} GiB "
+                   f"per GPU of stacked A/B buffers; one adapter at that rank is {lo.adapter_gib:.3f} GiB"
+                   + (f"; {lo.extra_vocab} extra vocabulary rows" if lo.extra_vocab else "")
+                   + (f"; CUDA graphs captured {lo.cudagraph_cases}x (with and without LoRA)" if lo.cudagraph_cases > 1
+                      else ""))
+    if f.speculative is not None:
+        sd = f.speculative
+        head = f" ({sd.model})" if sd.model else ""
+        out.append(f"Speculative decoding: {sd.method}{head}, {sd.num_speculative_tokens} token(s) per step: "
+                   f"{sd.weights_gib:.2f} GiB of drafter weights, {sd.kv_layers} KV layer(s) in the pool, "
+                   f"{sd.lookahead_tokens} lookahead slot(s) reserved per running request"
+                   + (" (head shape derived from the target)" if sd.derived_from_target else ""))
+    if f.cpu_offload_gb:
+        out.append(f"CPU offload: {m.cpu_offload_gib:.2f} GiB of weights per GPU in pinned host memory "
+                   f"(--cpu-offload-gb {f.cpu_offload_gb:g})")
+    if m.host is not None:
+        h = m.host
+        parts = [f"{name} {value:.2f} GiB" for name, value in (("offloaded weights", h.cpu_offload_gib),
+                                                              ("LoRA adapter cache", h.lora_cache_gib),
+                                                              ("swap space", h.swap_space_gib)) if value]
+        out.append(f"Host memory per GPU worker: {h.total_gib:.2f} GiB ({', '.join(parts)})"
+                   + (f"; {h.num_cpu_blocks:,} CPU blocks" if h.num_cpu_blocks else ""))
+    return out

@@ -8,6 +8,7 @@ from ._common import (
     human_bytes,
     layout_fit_text,
     memory_segments,
+    serve_flag_lines,
     run_block,
     what_if_caption,
 )
@@ -52,6 +53,7 @@ def _plan_markdown(r: PlanResult) -> str:
     out += [f"| {name} | {value:.2f} |" for name, value in memory_segments(r)]
     out += [f"| **total** | **{r.memory.total_gib_per_gpu:.2f}** |", "",
             f"Available KV cache memory: {r.memory.available_kv_cache_gib:.2f} GiB ({r.memory.source}).", ""]
+    out += [f"- {line}" for line in serve_flag_lines(r)] + ([""] if serve_flag_lines(r) else [])
     if r.naive:
         n = r.naive
         out += ["## The blog formula", "",

@@ -13,23 +13,27 @@ from ._common import (
     human_bytes,
     layout_fit_text,
     memory_segments,
+    serve_flag_lines,
     run_block,
     verdict_title,
     what_if_caption,
 )
 
-COLORS = ["blue", "magenta", "yellow", "cyan", "green", "bright_black", "white"]
+COLORS = {"weights": "blue", "LoRA adapters": "bright_blue", "draft model": "bright_magenta", "non-torch": "magenta",
+          "activation peak": "yellow", "CUDA graphs": "cyan", "KV cache": "green", "unused budget": "bright_black"}
 
 
 def _bar(r: PlanResult, width: int = 60) -> Text:
     total = r.memory.total_gib_per_gpu or 1
     text = Text()
-    for (name, value), color in zip(memory_segments(r), COLORS):
+    for name, value in memory_segments(r):
+        color = COLORS.get(name, "white")
         n = int(round(value / total * width))
         if n:
             text.append("█" * n, style=color)
     text.append("\n")
-    for (name, value), color in zip(memory_segments(r), COLORS):
+    for name, value in memory_segments(r):
+        color = COLORS.get(name, "white")
         if value > 0.005:
             text.append("■ ", style=color)
             text.append(f"{name} {value:.2f}  ")
@@ -86,6 +90,8 @@ def _plan_table(r: PlanResult, compact: bool, con: Console) -> None:
     figures.add_row("KV cache tokens", f"{k.kv_cache_tokens:,}")
     figures.add_row(f"Max concurrency at {k.max_concurrency_for_tokens:,} tokens", f"{k.max_concurrency:.2f}x")
     con.print(figures)
+    for line in serve_flag_lines(r):
+        con.print(Text(line))
     run = run_block(r)
     if compact:
         if run:

@@ -311,15 +311,16 @@ function renderSlider(p) {
 }
 
 // ---------- charts (inline SVG) ----------
-const COLORS = { weights: "#4e79a7", activation: "#f28e2b", cudagraph: "#b07aa1", non_torch: "#9c755f",
-                 kv: "#59a14f", outside: "#d9d9d9", over: "#e15759" };
+const COLORS = { weights: "#4e79a7", lora: "#76b7b2", draft: "#ff9da7", activation: "#f28e2b", cudagraph: "#b07aa1",
+                 non_torch: "#9c755f", kv: "#59a14f", outside: "#d9d9d9", over: "#e15759" };
 
 function drawMemory(box, p) {
   const m = p.memory;
   const W = 460, H = 250, x0 = 40, barW = 120, top = 16, bottom = 226;
   const total = m.total_gib_per_gpu;
   const kv = Math.max(0, m.available_kv_cache_gib);
-  const segs = [["weights", "weights", m.weights_gib_per_gpu], ["activation", "activation peak", m.activation_peak_gib],
+  const segs = [["weights", "weights", m.weights_gib_per_gpu], ["lora", "LoRA adapters", m.lora_gib || 0],
+    ["draft", "draft model", m.draft_weights_gib || 0], ["activation", "activation peak", m.activation_peak_gib],
     ["cudagraph", "CUDA graphs", m.cudagraph_gib], ["non_torch", "non-torch", m.non_torch_gib], ["kv", "KV cache", kv]];
   const used = segs.reduce((a, s) => a + s[2], 0);
   const over = Math.max(0, used - total);
