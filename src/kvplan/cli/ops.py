@@ -42,6 +42,11 @@ def alerts_cmd(
                                                             "the hosts of the vLLM instances)."),
     gpu_selector: Optional[str] = typer.Option(None, "--gpu-selector", help="Extra DCGM label matchers, e.g. "
                                                                             "'{Hostname=~\"gpu-.*\"}'."),
+    speculative_decoding: bool = typer.Option(
+        False, "--speculative-decoding", help="The server runs --speculative-config: add the draft-acceptance rule "
+                                              "(spec_acceptance threshold) and panels."),
+    lora: bool = typer.Option(False, "--lora", help="The server runs --enable-lora: add the adapters-waiting rule and "
+                                                    "panel."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json (what was written)."),
 ) -> None:
     """Write Prometheus alerting rules and a Grafana dashboard for a vLLM deployment
@@ -55,7 +60,7 @@ def alerts_cmd(
         th = parse_thresholds(thresholds)
         util, source = dcgm.resolve_utilization(gpu_memory_utilization, plan, vllm_version)
         gpu = dcgm.GpuRuleOptions(util, source, gpu_memory_rule, gpu_join, dcgm.selector_body(gpu_selector))
-        out = alerts.write(output_dir, th, vllm_version, model_name or (), gpu)
+        out = alerts.write(output_dir, th, vllm_version, model_name or (), gpu, speculative_decoding, lora)
     except UsageError as exc:
         _fail(exc)
     except OSError as exc:

@@ -16,6 +16,7 @@ from ..hardware import Gpu
 from ..models import params as mparams
 from ..models.spec import ChunkedLocalAttention, ModelSpec, Quantization
 from . import admission
+from . import error_texts as et
 from .defaults import (
     MODEL_DTYPES,
     align_hybrid_block_size,
@@ -258,16 +259,15 @@ def _lora(req: PlanRequest, sem: VllmSemantics, errors: list, notes: list[str]) 
     ranks = sem.lora_max_ranks
     if config.max_lora_rank not in ranks:
         errors.append(admission.StartupError(
-            "lora_config", f"max_lora_rank ({config.max_lora_rank}) must be one of {ranks}."))
+            "lora_config", et.LORA_RANK_NOT_ALLOWED.format(rank=config.max_lora_rank, ranks=ranks) + "."))
     if config.max_cpu_loras is not None and config.max_cpu_loras < config.max_loras:
-        errors.append(admission.StartupError(
-            "lora_config", f"max_cpu_loras ({config.max_cpu_loras}) must be >= max_loras ({config.max_loras})"))
+        errors.append(admission.StartupError("lora_config", et.LORA_CPU_LORAS.format(
+            cpu_loras=config.max_cpu_loras, max_loras=config.max_loras)))
     if req.model.vocab_size > sem.lora_max_vocab:
-        errors.append(admission.StartupError(
-            "lora_config", f"When using LoRA, vocab size must be <= {sem.lora_max_vocab}"))
+        errors.append(admission.StartupError("lora_config", et.LORA_VOCAB.format(limit=sem.lora_max_vocab)))
     refusal = sem.lora_refuses_cpu_offload
     if refusal and req.cpu_offload_gb > 0:
-        errors.append(admission.StartupError("lora_config", refusal))
+        errors.append(admission.StartupError("lora_config", et.LORA_CPU_OFFLOAD.format(text=refusal)))
     if config.fully_sharded_loras and req.tensor_parallel_size > 1 and config.max_lora_rank % req.tensor_parallel_size:
         errors.append(admission.StartupError(
             "lora_config", f"{config.max_lora_rank} is not divisible by {req.tensor_parallel_size}"))
@@ -287,9 +287,9 @@ def _drafter(req: PlanRequest, sem: VllmSemantics, dtype_bytes: int, quantizatio
         support = sem.draft_model_speculation
         if support == "refused":
             errors.append(admission.StartupError(
-                "speculative_config", "Speculative decoding with draft model is not supported yet. Please consider "
-                "using other speculative decoding methods such as ngram, medusa, eagle, or "
-                + ("deepseek_mtp." if sem.version < (0, 11) else "mtp.")))
+                "speculative_config", et.SPEC_DRAFT_MODEL.format() + ". Please consider using other speculative "
+                "decoding methods such as ngram, medusa, eagle, or " + ("deepseek_mtp." if sem.version < (0, 11)
+                                                                        else "mtp.")))
         elif support == "v0_fallback" and req.engine is None:
             sem = replace(sem, engine_override="V0")
             notes.append(f"vLLM {sem.label} runs a draft model only on the V0 engine: it falls back to V0, and "

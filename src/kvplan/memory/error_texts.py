@@ -102,3 +102,25 @@ FREE_MEMORY = Text("Free memory on device{device} ({free}/{total} GiB) on startu
 # verify_with_parallel_config (config/model.py): heads, KV heads or experts over TP.
 TP_NOT_DIVISIBLE = Text("Total number of {what?} ({value}) must be divisible by tensor parallel size ({tp})",
                         what=("attention heads", "key-value heads", "experts"), value=INT, tp=INT)
+
+# Serve flags that move memory (kvplan.memory.lora, spec_decode, offload): vLLM's refusals, written by
+# kvplan.memory._resolve / offload and read by ``kvplan doctor``.
+# LoRAConfig (config/lora.py 0.19.0; config.py 0.6.4.post1-0.8.5): the CPU cache below the GPU slots.
+LORA_CPU_LORAS = Text("max_cpu_loras ({cpu_loras}) must be >= max_loras ({max_loras})", cpu_loras=INT, max_loras=INT)
+# LoRAConfig._verify_args (0.6.4.post1-0.11.0); a pydantic Literal from 0.19.
+LORA_RANK_NOT_ALLOWED = Text("max_lora_rank ({rank}) must be one of {ranks}", rank=INT, ranks=Raw(r"\(?[0-9, ]*\)?"))
+# PEFTHelper.validate_legal (lora/peft_helper.py 0.8.5, 0.19.0; worker_manager.py 0.6.4.post1): an adapter
+# whose rank is above --max-lora-rank, when it is loaded.
+LORA_ADAPTER_RANK = Text("LoRA rank {rank} is greater than max_lora_rank {max_rank}", rank=INT, max_rank=INT)
+# LogitsProcessorWithLoRA.create_lora_weights (0.12+; "32000 >= vocab_size <= 257024" wording up to 0.11).
+LORA_VOCAB = Text("When using LoRA, vocab size must be <= {limit}", limit=INT)
+# LoRAConfig.verify_with_cache_config: 0.7 (every engine) and 0.8-0.10 (V0).
+LORA_CPU_OFFLOAD = Text("{text}", text=Alt(("CPU offload is not supported with LoRA yet.",
+                                            "V0 LoRA does not support CPU offload, please use V1.")))
+# SpeculativeConfig.__post_init__ (0.10.1.1-0.18: V1 without a draft-model proposer).
+SPEC_DRAFT_MODEL = Text("Speculative decoding with draft model is not supported yet")
+# SpeculativeConfig.__post_init__ (0.19.0): MTP layers reused past n_predict.
+SPEC_N_PREDICT = Text("num_speculative_tokens:{k} must be divisible by n_predict={n}", k=INT, n=INT)
+# CacheConfig.verify_with_parallel_config (0.6-0.17): the swap space of the node's TP workers.
+SWAP_SPACE = Text("Too large swap space. {usage} GiB out of the {total} GiB total CPU memory is allocated for the swap "
+                  "space", usage=FLOAT, total=FLOAT)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..models import params as mparams
 from ..models.spec import ModelSpec, Quantization
+from . import error_texts as et
 from .semantics import VllmSemantics
 
 GIB = 1 << 30
@@ -93,10 +94,9 @@ def swap_space_check(sem: VllmSemantics, swap_space_gib: float | None, tp: int, 
     if host_memory_bytes is None or not sem.checks_swap_space:
         return None
     usage = swap_space_bytes(swap_space_gib) * tp
-    msg = (f"{sem.gib(usage)} GiB out of the {sem.gib(host_memory_bytes)} GiB total CPU memory is allocated for "
-           "the swap space.")
+    text = et.SWAP_SPACE.format(usage=sem.gib(usage), total=sem.gib(host_memory_bytes)) + "."
     if usage > 0.7 * host_memory_bytes:
-        return "error", "Too large swap space. " + msg
+        return "error", text
     if usage > 0.4 * host_memory_bytes:
-        return "warning", "Possibly too large swap space. " + msg
+        return "warning", "Possibly too large swap space. " + text.removeprefix("Too large swap space. ")
     return None

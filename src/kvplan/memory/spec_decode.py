@@ -69,10 +69,20 @@ class SpeculativeConfig:
         return json.dumps(out, separators=(",", ":"))
 
 
-_KEYS = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
-         "prompt_lookup_max", "prompt_lookup_min", "max_model_len", "disable_padded_drafter_batch", "revision",
-         "code_revision", "speculative_token_tree", "parallel_drafting", "acceptance_method", "rejection_sample_method",
-         "draft_vocab_size", "enforce_eager", "suffix_decoding_max_tree_depth", "disable_by_batch_size"}
+#: the keys vLLM's SpeculativeConfig takes (its fields in the 0.10.1.1, 0.19.0 and 0.33.0 wheels, and V0's
+#: acceptance options); anything else is a typo vLLM would refuse
+_KEYS = frozenset({
+    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "tensor_parallel_size", "quantization",
+    "prompt_lookup_max", "prompt_lookup_min", "max_model_len", "revision", "code_revision", "speculative_token_tree",
+    "disable_by_batch_size", "disable_log_stats", "disable_logprobs", "enable_chunked_prefill", "enforce_eager",
+    "disable_padded_drafter_batch", "parallel_drafting", "rejection_sample_method", "moe_backend",
+    "use_local_argmax_reduction", "synthetic_acceptance_rate", "synthetic_acceptance_rates",
+    "synthetic_acceptance_length", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "attention_backend", "kv_cache_dtype",
+    "draft_lm_head_quantization", "disable_eagle_block_drop", "disable_lookahead_block_hashes",
+    "enable_adaptive_verification", "index_share_for_mtp_iteration", "num_speculative_tokens_per_batch_size",
+    "use_heterogeneous_vocab", "acceptance_method", "posterior_threshold", "posterior_alpha", "draft_vocab_size",
+    "dtype"})
 
 
 def parse_speculative_config(value: Any) -> Optional[SpeculativeConfig]:

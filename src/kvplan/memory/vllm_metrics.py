@@ -19,6 +19,8 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
+#: a gauge whose value means nothing and whose labels carry the information (vllm:lora_requests_info)
+INFO = "info"
 _ALWAYS = (0, 0)
 
 #: key -> (kind, ((exposed name, first version exposing it), ...) newest first); counters with
@@ -41,7 +43,21 @@ METRICS: Mapping[str, tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]] = Map
     "tpot": (HISTOGRAM, (("vllm:request_time_per_output_token_seconds", _ALWAYS),)),
     "e2e": (HISTOGRAM, (("vllm:e2e_request_latency_seconds", _ALWAYS),)),
     "queue_time": (HISTOGRAM, (("vllm:request_queue_time_seconds", _ALWAYS),)),
+    # Speculative decoding (V1: v1/spec_decode/metrics.py SpecDecodingProm, read in 0.8.5, 0.10.1.1, 0.11.0,
+    # 0.19.0, 0.33.0; V0: engine/metrics.py, 0.6.4.post1, 0.8.5). Acceptance rate =
+    # rate(accepted) / rate(draft tokens); mean acceptance length = 1 + rate(accepted) / rate(drafts).
+    "spec_accepted_tokens": (COUNTER, (("vllm:spec_decode_num_accepted_tokens_total", _ALWAYS),)),
+    "spec_draft_tokens": (COUNTER, (("vllm:spec_decode_num_draft_tokens_total", _ALWAYS),)),
+    "spec_drafts": (COUNTER, (("vllm:spec_decode_num_drafts_total", (0, 8)),)),
+    "spec_accepted_per_position": (COUNTER, (("vllm:spec_decode_num_accepted_tokens_per_pos_total", (0, 8)),)),
+    # LoRA (V0 engine/metrics.py 0.6.4.post1; V1 v1/metrics/loggers.py 0.8.5-0.33.0): a gauge whose labels
+    # carry the adapters (running_lora_adapters, waiting_lora_adapters, max_lora)
+    "lora_requests_info": (INFO, (("vllm:lora_requests_info", _ALWAYS),)),
 })
+
+#: V0-only speculative-decoding metrics (engine/metrics.py; gone with V0 in 0.11): not in METRICS, whose
+#: names every version of a key shares
+V0_SPEC_DECODE_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
 
 #: stable key -> every exposed name it has had, newest first
 ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(

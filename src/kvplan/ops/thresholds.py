@@ -24,6 +24,8 @@ _KINDS = {
     "ttft_p99": ("seconds", "time to first token P99 above this"),
     "waiting": ("count", "requests waiting above this"),
     "preemptions": ("count", "preemptions in the window above this (0: any preemption)"),
+    "spec_acceptance": ("fraction", "with --speculative-decoding: draft acceptance rate (accepted / draft tokens) "
+                                    "below this; a drafter accepted less often than this mostly costs time"),
 }
 
 
@@ -39,6 +41,9 @@ class Thresholds:
     ttft_p99: float = 1.0
     waiting: float = 10.0
     preemptions: float = 0.0
+    #: EAGLE-style drafters accept 0.6-0.8 of their tokens on chat data (EAGLE-3 paper, Li et al. 2025);
+    #: below 0.3 the verification work outweighs the tokens gained at k = 3 (kvplan.sim speculative model)
+    spec_acceptance: float = 0.3
     #: how long a condition must hold before the rule fires, and the rate window (seconds).
     for_seconds: float = 300.0
     window_seconds: float = 300.0

@@ -68,6 +68,13 @@ class Snapshot:
     #: (e.g. "GPU checks skipped: no DCGM exporter series ...")
     deployment: Optional[dict] = None
     notes: tuple[str, ...] = ()
+    #: speculative decoding in the window (servers with --speculative-config): accepted / draft tokens, and
+    #: 1 + accepted / drafts (V1's mean acceptance length: tokens per step per request)
+    spec_acceptance_rate: Optional[float] = None
+    spec_mean_acceptance_length: Optional[float] = None
+    #: LoRA (servers with --enable-lora): the adapters vllm:lora_requests_info names as running / waiting
+    lora_running_adapters: Optional[str] = None
+    lora_waiting_adapters: Optional[str] = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -168,6 +175,8 @@ class Watcher:
             h = M.histogram_delta(old.get_histogram(key), new.get_histogram(key)) if old is not None else None
             lat[f"{key}_p50"], lat[f"{key}_p99"] = _q(h, 0.5), _q(h, 0.99)
         pre_window = deltas["preemptions"]
+        spec = _spec_decode(old, new)
+        lora = _lora_adapters(new)
         gpu = self.gpu.sample() if self.gpu is not None and self.gpu.active else None
         snap = Snapshot(
             self.url, True, None, self.count, self.restarts, round(span, 3) if span else None,
@@ -175,8 +184,35 @@ class Watcher:
             rates["preemptions"], pre_window, rates["prompt_tokens"], rates["generation_tokens"], rates["request_success"],
             lat["ttft_p50"], lat["ttft_p99"], lat["e2e_p50"], lat["e2e_p99"], lat["queue_time_p50"], lat["queue_time_p99"],
             _gpu_fraction(gpu), gpu, (), {k: new.resolve(k) for k in ("kv_cache_usage", "ttft", "e2e", "queue_time", "itl")},
-            deltas["prompt_tokens"], deltas["generation_tokens"], deltas["request_success"])
+            deltas["prompt_tokens"], deltas["generation_tokens"], deltas["request_success"],
+            spec_acceptance_rate=spec[0], spec_mean_acceptance_length=spec[1], lora_running_adapters=lora[0],
+            lora_waiting_adapters=lora[1])
         return Snapshot(**{**asdict(snap), "tripped": tuple(tripped(snap, self.th))})
+
+
+def _spec_decode(old: Optional[M.MetricsSnapshot], new: M.MetricsSnapshot) -> tuple[Optional[float], Optional[float]]:
+    """Draft acceptance rate and mean acceptance length over the window (vLLM's SpecDecodingProm
+    formulas, v1/spec_decode/metrics.py 0.19.0), from the counter deltas; (None, None) without them."""
+    if old is None:
+        return None, None
+    accepted = M.counter_delta(old.get("spec_accepted_tokens"), new.get("spec_accepted_tokens"))
+    drafted = M.counter_delta(old.get("spec_draft_tokens"), new.get("spec_draft_tokens"))
+    drafts = M.counter_delta(old.get("spec_drafts"), new.get("spec_drafts"))
+    rate = accepted / drafted if accepted is not None and drafted else None
+    length = 1 + accepted / drafts if accepted is not None and drafts else None
+    return (None if rate is None else round(rate, 4)), (None if length is None else round(length, 4))
+
+
+def _lora_adapters(snap: M.MetricsSnapshot) -> tuple[Optional[str], Optional[str]]:
+    """The newest vllm:lora_requests_info series (its value is the time it was set) names the adapters."""
+    name = snap.resolve("lora_requests_info")
+    if name is None:
+        return None, None
+    series = [(v, dict(lab)) for (n, lab), v in snap.series.items() if n == name]
+    if not series:
+        return None, None
+    _, labels = max(series, key=lambda s: s[0])
+    return labels.get("running_lora_adapters", ""), labels.get("waiting_lora_adapters", "")
 
 
 def _gpu_fraction(gpu: Optional[list]) -> Optional[float]:
@@ -194,6 +230,8 @@ def tripped(s: Snapshot, th: Thresholds) -> list[str]:
     for name, value, limit in checks:
         if value is not None and not math.isnan(value) and value > limit:
             out.append(name)
+    if s.spec_acceptance_rate is not None and s.spec_acceptance_rate < th.spec_acceptance:
+        out.append("spec_acceptance")  # a floor, not a ceiling
     return out
 
 

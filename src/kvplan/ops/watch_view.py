@@ -30,12 +30,25 @@ def _fmt(v: Optional[float], kind: str) -> str:
         return f"{v:.0f}"
     if kind == "s":
         return f"{v:.3f}s"
+    if kind == "text":
+        return str(v) or "none"
+    if kind == "len":
+        return f"{v:.2f}"
     return f"{v:,.1f}"
+
+
+#: shown only for servers that expose them (--speculative-config, --enable-lora)
+_OPTIONAL_ROWS = [
+    ("draft acceptance", "spec_acceptance_rate", "pct", "spec_acceptance"),
+    ("tokens per step (acceptance length)", "spec_mean_acceptance_length", "len", None),
+    ("LoRA adapters running", "lora_running_adapters", "text", None),
+    ("LoRA adapters waiting", "lora_waiting_adapters", "text", None),
+]
 
 
 def rows(s: Snapshot) -> list[tuple[str, str, bool]]:
     out = []
-    for label, attr, kind, th in _ROWS:
+    for label, attr, kind, th in _ROWS + [r for r in _OPTIONAL_ROWS if getattr(s, r[1]) is not None]:
         if isinstance(attr, tuple):
             text = " / ".join(_fmt(getattr(s, a), kind) for a in attr)
         else:

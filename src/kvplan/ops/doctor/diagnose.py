@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, read_log_text, split_runs
 from . import fixes as fx
+from . import serve_flags
 from . import signatures as sig
 from .model import DoctorReport, Evidence, Finding, RunSummary
 from .planned import BASIS_PLAN, LogPlanner, log_basis, make_planner
@@ -176,6 +177,8 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
             m = pattern.search(line)
             if m:
                 hits.setdefault(key, []).append((i, m))
+        for key, m in serve_flags.scan(line):
+            hits.setdefault(key, []).append((i, m))
         for pattern in sig.TOO_LONG:
             m = pattern.search(line)
             if m:
@@ -247,6 +250,7 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
                              _evs(run, [i]), (("free_gib", free), ("total_gib", total), ("gpu_memory_utilization", util),
                                               ("requested_gib", req), ("used_by_others_gib", round(total - free, 2))),
                              fx.free_memory(free, total, util, req), ("nvidia-smi (which process holds the memory)",)))
+    found.extend(serve_flags.findings(hits, args, lambda idx: _evs(run, idx)))
     if hits.get("oom"):
         found.append(_oom_finding(run, [i for i, _ in hits["oom"]]))
     found.extend(_preemption(run, hits.get("preempt_v0", []), stats))
@@ -306,8 +310,11 @@ def _oom_finding(run: _Run, idx: list[int]) -> Finding:
     else:
         context = run.lines[lo:min(run.end, idx[-1] + 5)]
     text = "\n".join(context)
+    flag_phase = serve_flags.oom_phase(text)
     if sig.OOM_CUDAGRAPH.search(text):
         kind = "cudagraph"
+    elif flag_phase is not None:
+        kind = flag_phase
     elif sig.OOM_SAMPLING.search(text):
         kind = "sampling"
     elif sig.OOM_PREFILL.search(text):
@@ -324,10 +331,14 @@ def _oom_finding(run: _Run, idx: list[int]) -> Finding:
             break
     fid = "cuda_oom_cudagraph" if kind == "cudagraph" else "cuda_oom_runtime"
     where = {"cudagraph": "while capturing CUDA graphs", "sampling": "in the sampler (n / best_of / logprobs)",
+             "lora": "while building LoRA's adapter buffers (--max-loras × --max-lora-rank)",
+             "drafter": "in the speculative-decoding drafter (its weights, dummy run or rejection sampler)",
              "prefill": "in a prefill / profiling batch (max_num_batched_tokens)", "unknown": "(phase not in the log)"}[kind]
     collect = ("the full traceback above the OutOfMemoryError (it names the phase)",) if kind == "unknown" else ()
-    return Finding(fid, "error", f"CUDA out of memory {where}", _evs(run, idx), tuple(nums),
-                   fx.oom(kind, run.args, run.util(), run.planner()[0]), collect)
+    fixes = fx.oom(kind, run.args, run.util(), run.planner()[0])
+    if flag_phase is not None and kind == flag_phase:
+        fixes = tuple(serve_flags.oom_fixes(kind, run.args)) + fixes
+    return Finding(fid, "error", f"CUDA out of memory {where}", _evs(run, idx), tuple(nums), fixes, collect)
 
 
 def _preemption(run: _Run, v0: list[tuple[int, Any]], stats: dict[str, list]) -> list[Finding]:

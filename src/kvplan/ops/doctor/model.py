@@ -18,6 +18,10 @@ FINDING_IDS: dict[str, str] = {
     "request_too_long": "requests rejected because prompt + max_tokens exceed max_model_len",
     "tp_not_divisible": "the model's heads (or another dimension) are not divisible by the tensor-parallel size",
     "slow_start": "a slow start-up (weights download/load, torch.compile, CUDA graph capture)",
+    "lora_config": "vLLM refused the LoRA flags (max_cpu_loras, max_lora_rank, vocabulary, CPU offload)",
+    "lora_adapter_rank": "an adapter's rank is above --max-lora-rank",
+    "speculative_config": "vLLM refused the --speculative-config (method, num_speculative_tokens)",
+    "swap_space": "--swap-space too large for the host's memory",
     # from a Prometheus server's history (kvplan doctor --prometheus); evidence are time ranges
     "kv_cache_full_with_waiting": "KV cache near full while requests waited (history)",
     "latency_tail": "E2E or TTFT P99 above the threshold (history)",
