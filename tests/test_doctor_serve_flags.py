@@ -67,3 +67,17 @@ def test_oom_in_lora_or_drafter_names_the_phase(frame, phase):
     assert dict(oom.numbers)["phase"] == phase
     first = oom.fixes[0].change
     assert ("lora" in first) if phase == "lora" else ("speculative" in first)
+
+
+def test_acceptance_is_summed_over_the_periodic_spec_decoding_lines():
+    findings = _findings(
+        "INFO [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.42, Accepted throughput: 12.10 tokens/s, "
+        "Drafted throughput: 17.00 tokens/s, Accepted: 121 tokens, Drafted: 170 tokens, Per-position acceptance rate: "
+        "0.765, 0.659, Avg Draft acceptance rate: 71.2%",
+        "INFO [metrics.py:88] SpecDecoding metrics: Draft acceptance rate: 10.0%, Mean acceptance length: 1.30, "
+        "Accepted: 9 tokens, Drafted: 90 tokens, Per-position acceptance rate: 0.2, 0.1, 0.0")
+    (f,) = [f for f in findings if f.id == "spec_decode_acceptance"]
+    assert dict(f.numbers)["acceptance_rate"] == round(130 / 260, 4) and f.severity == "info"
+    (low,) = [f for f in _findings("Speculative metrics: Draft acceptance rate: 0.210, System efficiency: 0.300")
+              if f.id == "spec_decode_acceptance"]
+    assert low.severity == "warning" and "fewer num_speculative_tokens" in low.fixes[0].change

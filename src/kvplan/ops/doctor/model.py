@@ -22,6 +22,7 @@ FINDING_IDS: dict[str, str] = {
     "lora_adapter_rank": "an adapter's rank is above --max-lora-rank",
     "speculative_config": "vLLM refused the --speculative-config (method, num_speculative_tokens)",
     "swap_space": "--swap-space too large for the host's memory",
+    "spec_decode_acceptance": "the draft acceptance rate of speculative decoding, from vLLM's periodic metrics lines",
     # from a Prometheus server's history (kvplan doctor --prometheus); evidence are time ranges
     "kv_cache_full_with_waiting": "KV cache near full while requests waited (history)",
     "latency_tail": "E2E or TTFT P99 above the threshold (history)",

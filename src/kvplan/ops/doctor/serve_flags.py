@@ -20,6 +20,13 @@ PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("spec_draft_model", et.SPEC_DRAFT_MODEL.pattern),
     ("spec_n_predict", et.SPEC_N_PREDICT.pattern),
     ("swap_space", et.SWAP_SPACE.pattern),
+    # V1's periodic line (v1/spec_decode/metrics.py SpecDecodingLogging, 0.8.5-0.19.0 wordings):
+    # "SpecDecoding metrics: ... Mean acceptance length: L, ... Accepted: A tokens, Drafted: D tokens, ..."
+    ("spec_metrics", re.compile(r"SpecDecoding metrics: .*?Mean acceptance length: (?P<length>" + et.FLOAT
+                                + r").*?Accepted: (?P<accepted>" + et.INT + r") tokens, Drafted: (?P<drafted>"
+                                + et.INT + r") tokens")),
+    # V0's (engine/metrics.py, 0.6.4.post1-0.10): "Speculative metrics: Draft acceptance rate: 0.512, ..."
+    ("spec_metrics_v0", re.compile(r"Speculative metrics: Draft acceptance rate: (?P<rate>" + et.FLOAT + r")")),
 )
 
 # An OOM's traceback or surrounding lines that name the phase (vLLM 0.8-0.19 frames and log lines):
@@ -28,6 +35,8 @@ OOM_LORA = re.compile(r"create_lora_weights|lora_manager|load_lora_model|punica|
 OOM_DRAFTER = re.compile(r"drafter|spec_decode|proposer|rejection_sampler|eagle|Loading drafter model", re.IGNORECASE)
 
 _ALLOWED_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+#: below this draft acceptance rate speculation mostly costs time (kvplan.ops.thresholds spec_acceptance)
+_LOW_ACCEPTANCE = 0.3
 
 
 def scan(line: str) -> list[tuple[str, re.Match]]:
@@ -105,6 +114,31 @@ def findings(hits: dict[str, list[tuple[int, re.Match]]], args: dict[str, Any],
         out.append(Finding("speculative_config", "error", f"num_speculative_tokens {k} is not a multiple of the MTP "
                            f"layers' n_predict {n}", evidence([i]), (("num_speculative_tokens", k), ("n_predict", n)),
                            (Fix(f'"num_speculative_tokens": {max(n, k // n * n)}', "a multiple of n_predict", "free"),)))
+    spec = hits.get("spec_metrics", [])
+    spec_v0 = hits.get("spec_metrics_v0", [])
+    if spec or spec_v0:
+        if spec:
+            accepted = sum(sig.num(m.group("accepted")) or 0 for _, m in spec)
+            drafted = sum(sig.num(m.group("drafted")) or 0 for _, m in spec)
+            rate = accepted / drafted if drafted else None
+            lengths = [sig.num(m.group("length")) for _, m in spec]
+            numbers: tuple = (("accepted_tokens", int(accepted)), ("drafted_tokens", int(drafted)),
+                              ("acceptance_rate", round(rate, 4) if rate is not None else None),
+                              ("mean_acceptance_length_last", lengths[-1]))
+            idx = [i for i, _ in spec]
+        else:
+            rate = sig.num(spec_v0[-1][1].group("rate"))
+            numbers, idx = (("acceptance_rate", rate),), [i for i, _ in spec_v0]
+        low = rate is not None and rate < _LOW_ACCEPTANCE
+        fixes = [Fix(f"kvplan simulate --speculative-config ... --spec-acceptance {rate:.2f}" if rate is not None
+                     else "kvplan simulate --spec-acceptance RATE",
+                     "the TPOT this acceptance gives against no speculation, at your traffic", "free")]
+        if low:
+            fixes.insert(0, Fix("fewer num_speculative_tokens, or a drafter trained on this model / traffic",
+                                "rejected drafts cost verification work and KV slots for no tokens", "throughput"))
+        out.append(Finding("spec_decode_acceptance", "warning" if low else "info",
+                           f"speculative decoding accepts {rate:.0%} of drafted tokens" if rate is not None
+                           else "speculative decoding metrics", evidence(idx[-3:]), numbers, tuple(fixes)))
     for i, m in hits.get("swap_space", [])[:1]:
         usage, total = sig.num(m.group("usage")), sig.num(m.group("total"))
         tp = int(args.get("tensor_parallel_size") or 1)
