@@ -137,6 +137,9 @@ _INDEX_CASES, _INDEX_EXCLUDED, MEASURED_FROM_INDEX = index_cases()
 CASES += _INDEX_CASES
 UNPREDICTABLE.update(_INDEX_EXCLUDED)
 WITHIN = 5.0  # per cent of the measured KV memory (or of GPU memory when vLLM measured ~0)
+#: serve flags that move memory beyond the model (kvplan.memory.lora, spec_decode, offload): logs run with
+#: them are scored apart (set "flags"), so the other sets keep measuring the plain model
+SERVE_FLAGS = ("enable_lora", "speculative_config", "cpu_offload_gb")
 
 
 def _spec(model):
@@ -191,7 +194,8 @@ def run() -> list[dict]:
         # Error relative to the measured KV memory; when vLLM measured (almost) nothing, relative
         # to the GPU's memory so a -2 GiB log does not divide by zero.
         base = measured if measured >= 1.0 else g.memory_gib
-        kind = "dev" if prefix in DEV_SET else "excluded" if prefix in UNPREDICTABLE else "validation"
+        kind = "dev" if prefix in DEV_SET else "excluded" if prefix in UNPREDICTABLE else \
+            "flags" if any(flags.get(k) for k in SERVE_FLAGS) else "validation"
         rows.append({"log": path.name, "vllm": version, "family": family, "set": kind,
                      "excluded_because": UNPREDICTABLE.get(prefix),
                      "model": r.model.id, "gpu_gib": round(g.memory_gib, 2), "tp": r.parallel.tensor_parallel_size,
@@ -265,6 +269,9 @@ def main() -> None:
     print("  threads   " + _summary([r for r in val if r["set"] == "validation"]))
     print("  sweep     " + _summary(swept) + f"   (llm-d-planner's H100 runs, {sweep.SOURCE})")
     print("dev set     " + _summary(dev) + "   (the non-torch constants were fitted to these)")
+    flagged = [r for r in rows if r["set"] == "flags"]
+    print("serve flags " + _summary(flagged) + "   (LoRA / speculative decoding / CPU offload logs, scored apart; "
+          "nothing fitted to them)")
     with_peer = [r for r in swept if r["peer_error_gib"] is not None]
     if with_peer:
         peer_abs = sorted(abs(r["peer_error_gib"]) for r in with_peer)
