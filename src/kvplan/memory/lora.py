@@ -169,7 +169,10 @@ def lora_memory(spec: ModelSpec, config: LoRAConfig, sem: VllmSemantics, tp: int
         if extra and spec.model_type in _EXTRA_VOCAB_MODEL_TYPES:
             base_vocab += cdiv(extra, mparams.VOCAB_PADDING) * mparams.VOCAB_PADDING * hidden // tp
     if last_stage:  # LogitsProcessorWithLoRA
-        vocab_b = vocab if not extra else cdiv(vocab + extra, LORA_VOCAB_PADDING) * LORA_VOCAB_PADDING
+        # up to 0.11 the logits processor's vocabulary is the model's unpadded one: the extra LoRA rows
+        # only for the models that add them (unpadded_vocab_size), rounded up to lora_vocab_padding_size
+        grown = vocab + (extra if spec.model_type in _EXTRA_VOCAB_MODEL_TYPES else 0)
+        vocab_b = vocab if not extra else cdiv(grown, LORA_VOCAB_PADDING) * LORA_VOCAB_PADDING
         per_slot += rank * hidden + vocab_b * rank + extra * hidden
         whole += (vocab + hidden) * rank
         modules += 1
