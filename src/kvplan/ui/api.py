@@ -35,6 +35,10 @@ _PLAN_VALUE_FLAGS = {"--model", "-m", "--gpu", "--gpu-memory", "--device", "--te
                      "--max-num-batched-tokens", "--block-size", "--vllm-version", "--engine", "--kv-cache-memory",
                      "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--gpus-per-node"}
 _PLAN_BOOL_FLAGS = {"--enforce-eager", "--disable-hybrid-kv-cache-manager"}
+#: plan's flags for LoRA, CPU offload, swap space and chunked prefill (kvplan.memory.lora / offload)
+_SERVE_FLAG_VALUES = {"--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--cpu-offload-gb",
+                      "--swap-space"}
+_SERVE_FLAG_BOOLS = {"--enable-lora", "--enable-chunked-prefill", "--no-enable-chunked-prefill"}
 _SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--input-len", "--output-len",
                     "--arrival", "--seed", "--slo", "--long-prefill-token-threshold", "--timeline-interval",
                     "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--dataset-name",
@@ -47,7 +51,7 @@ _LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp
 _LENGTHS_BOOL_FLAGS = {"--estimate"}
 
 ALLOWED = {
-    "plan": (_PLAN_VALUE_FLAGS, _PLAN_BOOL_FLAGS),
+    "plan": (_PLAN_VALUE_FLAGS | _SERVE_FLAG_VALUES, _PLAN_BOOL_FLAGS | _SERVE_FLAG_BOOLS),
     "simulate": (_PLAN_VALUE_FLAGS - {"--engine"} | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
     "lengths": (_LENGTHS_VALUE_FLAGS, _LENGTHS_BOOL_FLAGS),
 }
