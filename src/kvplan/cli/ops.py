@@ -126,7 +126,14 @@ def doctor_cmd(
         report = diagnose(sources, coverage, model=model, vllm_version=vllm_version, gpu=gpu)
     except UsageError as exc:
         _fail(exc)
+    if report.no_vllm_lines and len(report.no_vllm_lines) == len(sources):
+        # nothing to diagnose: an empty file, random bytes or another program's log is not "healthy"
+        _fail(UsageError("; ".join(f"{name}: no vLLM log lines found" for name in report.no_vllm_lines)))
     _print_report(report, fmt)
+    if report.no_vllm_lines:
+        typer.echo("kvplan doctor: " + "; ".join(f"{name}: no vLLM log lines found" for name in report.no_vllm_lines),
+                   err=True)
+        raise typer.Exit(2)
     raise typer.Exit(0 if report.healthy else 1)
 
 
@@ -209,6 +216,9 @@ def _coverage(paths: List[str]):
 
     # the P99 of prompt + output budget: the max_model_len that serves 99% of these requests whole
     cover.p99 = result.total_tokens.p99 if result.total_tokens.count else None  # type: ignore[attr-defined]
+    # mean prompt and output tokens: turn the log's prompt tokens/s into requests/s
+    cover.means = ((result.prompt_tokens.mean, result.output_tokens.mean if result.output_tokens.count else 0.0)  # type: ignore[attr-defined]
+                   if result.prompt_tokens.count else None)
     return cover
 
 

@@ -216,7 +216,8 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         dtype=str(pick("dtype", dtype)),
         quantization=pick("quantization", quantization),
         kv_cache_dtype=str(pick("kv_cache_dtype", kv_cache_dtype)),
-        gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization),
+        gpu_memory_utilization=pick("gpu_memory_utilization", gpu_memory_utilization if log is None or
+                                    gpu_memory_utilization is not None else log.gpu_memory_utilization),
         max_model_len=mml,
         max_num_seqs=pick("max_num_seqs", max_num_seqs),
         max_num_batched_tokens=mnbt,
@@ -303,6 +304,15 @@ def plan_from_flags(*, from_log: Optional[Path] = None, given: Optional[Collecti
     req = plan_request_from_flags(log=log, given=frozenset(flags) if given is None else given, **flags)
     result = plan(req)
     if log is not None:
+        if req.kv_cache_memory_bytes is None:
+            from dataclasses import replace
+
+            from ..memory.compare import kv_bytes_from_blocks
+
+            measured = kv_bytes_from_blocks(log, result, req)  # the blocks vLLM counted, not an estimate
+            if measured:
+                req = replace(req, kv_cache_memory_bytes=measured, kv_memory_source="log")
+                result = plan(req)
         result = compare_with_log(result, req, log)
     return result, log
 

@@ -41,6 +41,17 @@ def blocks_from_log(log: StartupLog, result: PlanResult, req: PlanRequest) -> in
     return None
 
 
+def kv_bytes_from_blocks(log: StartupLog, result: PlanResult, req: PlanRequest) -> int | None:
+    """KV memory per GPU that the log's own block count implies (blocks × bytes per block), for a
+    log that counted its blocks or tokens but printed no GiB figure (0.7-0.8's V1 engine; V0 logs
+    cut above the profiling line). None when the log has a GiB figure, no count, or several
+    pipeline stages (each stage's memory is then unknown)."""
+    if log.available_kv_gib or result.parallel.pipeline_parallel_size > 1:
+        return None
+    blocks = blocks_from_log(log, result, req)
+    return blocks * result.kv.bytes_per_block if blocks and result.kv.bytes_per_block else None
+
+
 def compare_with_log(result: PlanResult, req: PlanRequest, log: StartupLog) -> PlanResult:
     measured: dict = {
         "log": log.path,

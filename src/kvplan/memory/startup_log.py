@@ -100,6 +100,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("version", re.compile(r"vLLM API server version\s*v?([0-9][0-9a-z.+\-]*)")),
     ("engine_cfg", re.compile(r"Initializing an? (?:(V1) )?LLM engine \(v?([0-9][^)]*)\) with config:\s*(.*)")),
     ("nondefault", re.compile(r"non-default args:\s*(\{.*\})")),
+    # 0.4-0.8 print every argument once: api_server.py's ``logger.info("args: %s", args)`` (read in
+    # the 0.6.4.post1 and 0.8.5 wheels), an argparse.Namespace repr with defaults included
+    ("namespace", re.compile(r"\bargs: Namespace\((.*)\)\s*$")),
     # TopKTopPSampler.__init__ (vllm/v1/sample/ops/topk_topp_sampler.py, 0.7-0.21): the first says
     # FlashInfer samples; the others are each version's ways of falling back to the native path
     ("sampler_flashinfer", re.compile(r"Using FlashInfer for top-p & top-k sampling")),
@@ -113,8 +116,58 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 _RANK = re.compile(r"\b(?:rank|Worker_TP\d+_PP\d+|rank_)=?(\d+)")
 
+# vLLM's flags whose values are credentials (--api-key, --hf-token, ...): read, never repeated.
+_SECRET_ARG = re.compile(r"api_key|token$|secret|password", re.IGNORECASE)
+REDACTED = "<redacted>"
+
 # "key=value" pairs of the "Initializing ... with config:" line.
 _CFG_FIELD = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|[^,]+)")
+
+
+def namespace_args(text: str) -> dict[str, Any]:
+    """The arguments of an ``argparse.Namespace(...)`` repr (the inside of the parentheses), as
+    vLLM 0.4-0.8 log them. Values that are Python literals are kept; ``None`` (a flag left to
+    vLLM's default) and object reprs (``<function ...>``, ``<ConfigFormat.AUTO: 'auto'>``) are
+    dropped, so an unset flag reads as unset, as in a 0.9+ ``non-default args`` line."""
+    out: dict[str, Any] = {}
+    for part in _top_level_fields(text):
+        key, sep, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key.isidentifier() or not raw or raw.startswith("<"):
+            continue
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _top_level_fields(text: str) -> list[str]:
+    """``a=1, b=[1, 2], c='x, y'`` → ``['a=1', 'b=[1, 2]', "c='x, y'"]``: commas inside brackets,
+    braces, parentheses, angle-bracket reprs and quotes do not split."""
+    parts: list[str] = []
+    depth, quote, start, i = 0, "", 0, 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p for p in (p.strip() for p in parts) if p]
 
 
 def _config_line(text: str) -> dict[str, Any]:
@@ -138,7 +191,34 @@ def _config_line(text: str) -> dict[str, Any]:
 # and `kubectl logs` keep them).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # A new server run in the same file: each start prints its version or its non-default args once.
-_RUN_START = re.compile(r"vLLM API server version|non-default args:|Initializing an? (?:V1 )?LLM engine")
+_RUN_START = re.compile(r"vLLM API server version|non-default args:|args: Namespace\(|Initializing an? (?:V1 )?LLM engine")
+
+
+# vLLM's logger prefix (``INFO 05-09 22:51:18 [file.py:39]``; 0.4-0.7 without the brackets), and
+# the level-less ``[file.py:NN]`` of prefixes stripped by a log shipper.
+_VLLM_PREFIX = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
+                          r"\[?[\w.]+\.py:\d+\]")
+
+
+def line_time(line: str) -> Optional[float]:
+    """Seconds of the line's vLLM timestamp (``MM-DD HH:MM:SS``, which has no year: read as the
+    leap year 2000, enough for durations within one log), or None."""
+    m = _VLLM_PREFIX.search(line[:300])
+    if not m:
+        return None
+    from datetime import datetime, timezone
+
+    mon, day, hh, mm, ss = (int(g) for g in m.groups())
+    try:
+        return datetime(2000, mon, day, hh, mm, ss, tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def is_vllm_line(line: str) -> bool:
+    """A line vLLM's logger wrote (its level, time and source-file prefix), or one of the start-up
+    figures this module reads."""
+    return bool(_VLLM_PREFIX.search(line[:300])) or any(p.search(line) for _, p in _PATTERNS)
 
 
 def clean_line(line: str) -> str:
@@ -242,12 +322,20 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                 if isinstance(args, dict):
                     log.args.update(args)
                     log.model = args.get("model", log.model)
+            elif name == "namespace":
+                for key, value in namespace_args(g[0]).items():
+                    log.args.setdefault(key, value)  # a "non-default args" line (0.9+) wins
+                if isinstance(log.args.get("model"), str):
+                    log.model = log.model or log.args["model"]
             elif name == "sampler_flashinfer":
                 log.flashinfer_sampler = True
             elif name == "sampler_native":
                 log.flashinfer_sampler = False
             elif name == "error":
                 log.errors.append(g[0].strip())
+    for key in log.args:
+        if _SECRET_ARG.search(key) and log.args[key]:
+            log.args[key] = REDACTED  # an args line carries --api-key / --hf-token verbatim
     if not log.available_kv_gib and log.error_available_kv_gib is not None:
         # Only the admission error names the KV memory (0.27+: already minus one block).
         log.available_kv_gib.append(log.error_available_kv_gib)

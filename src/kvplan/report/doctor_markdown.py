@@ -16,6 +16,7 @@ def _num(v) -> str:
 def render_markdown(r: DoctorReport) -> str:
     out = ["# kvplan doctor", "", f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s), "
            f"{len(r.findings)} finding(s).", ""]
+    out += [f"- {cell(name)}: no vLLM log lines found" for name in r.no_vllm_lines] + ([""] if r.no_vllm_lines else [])
     if r.runs:
         out += ["| run | vLLM | model | max_model_len | KV GiB | KV tokens | concurrency |", "|---|---|---|---:|---:|---:|---:|"]
         for run in r.runs:
@@ -46,7 +47,7 @@ def render_markdown(r: DoctorReport) -> str:
         if f.fixes:
             out += ["| # | change | cost | predicted effect | basis |", "|---:|---|---|---|---|"]
             out += [f"| {n} | `{code(x.change)}` | {x.cost}{(': ' + cell(x.price)) if x.price else ''} | "
-                    f"{cell(x.effect)} | {cell(x.basis)} |"
+                    f"{cell(x.effect)}{(' (assumes ' + cell(x.premise) + ')') if x.premise else ''} | {cell(x.basis)} |"
                     for n, x in enumerate(f.fixes, 1)]
             out.append("")
         out += [f"- collect next: {cell(c)}" for c in f.collect_next]

@@ -15,7 +15,10 @@ def _nums(d: dict) -> str:
 def render_text(r: DoctorReport) -> str:
     source = (f"{', '.join(r.files)}, {len(r.history)} deployment(s)" if r.history else
               f"{len(r.files)} file(s), {r.lines_read:,} lines, {len(r.runs)} run(s)")
-    out = [f"kvplan doctor: {source}, {len(r.findings)} finding(s) — {'no errors' if r.healthy else 'ERRORS'}"]
+    verdict = ("ERRORS" if not r.healthy else "warnings, no errors" if any(f.severity == "warning" for f in r.findings)
+               else "no errors")
+    out = [f"kvplan doctor: {source}, {len(r.findings)} finding(s) — {verdict}"]
+    out += [f"  {name}: no vLLM log lines found" for name in r.no_vllm_lines]
     for run in r.runs:
         bits = [f"vLLM {run.vllm_version}" if run.vllm_version else "vLLM version ?", run.engine or "",
                 run.model or "", f"max_model_len {run.max_model_len:,}" if run.max_model_len else "",
@@ -40,7 +43,8 @@ def render_text(r: DoctorReport) -> str:
             out.append(f"  {e.where}: {e.text.strip()[:300]}")
         for n, fix in enumerate(f.fixes, 1):
             cost = fix.cost + (f": {fix.price}" if fix.price else "")
-            out.append(f"  fix {n} ({cost}; {fix.basis}): {fix.change} → {fix.effect}")
+            out.append(f"  fix {n} ({cost}; {fix.basis}): {fix.change} → {fix.effect}"
+                       + (f" (assumes {fix.premise})" if fix.premise else ""))
         for c in f.collect_next:
             out.append(f"  collect next: {c}")
     for c in r.collect_next:

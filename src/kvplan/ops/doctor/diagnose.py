@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ...memory.startup_log import StartupLog, clean_line, parse_startup_log, read_log_text, split_runs
+from ...memory.startup_log import (StartupLog, clean_line, is_vllm_line, line_time, parse_startup_log, read_log_text,
+                                   split_runs)
 from . import fixes as fx
 from . import serve_flags
 from . import signatures as sig
+from . import traffic as tr
 from .model import DoctorReport, Evidence, Finding, RunSummary
 from .planned import BASIS_PLAN, LogPlanner, log_basis, make_planner
 
@@ -45,6 +47,7 @@ class _Run:
         self.options = options
         self._planner: Optional[tuple[Optional[LogPlanner], str]] = None
         self.engine_hint: Optional[str] = None  # V0 when only a V0 wording shows the engine
+        self.sampling: dict[str, int] = {}  # SamplingParams seen in request lines: lines, n_gt_1, logprobs
 
     def util(self) -> Optional[float]:
         u = self.args.get("gpu_memory_utilization", self.log.gpu_memory_utilization)
@@ -104,18 +107,27 @@ def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None, model
     findings: list[Finding] = []
     total_lines = 0
     run_collect: list[str] = []
+    without: list[str] = []
     for name, text in sources:
         lines = [clean_line(ln) if len(ln) <= 200_000 else "" for ln in text.splitlines()]
         total_lines += len(lines)
         if _is_scrape(lines):
             findings.extend(_scrape_findings(name, text, lines))
             continue
+        vllm_lines = any(is_vllm_line(ln) for ln in lines)
+        file_runs: list[RunSummary] = []
+        file_findings: list[Finding] = []
         for start, end in split_runs(lines):
             run = _Run(name, lines, start, end, options)
             summary, found = _diagnose_run(run, coverage)
-            runs.append(summary)
-            findings.extend(found)
+            file_runs.append(summary)
+            file_findings.extend(found)
             run_collect.extend(run.collect)
+        if not vllm_lines and not file_findings and not any(r.stats_lines for r in file_runs):
+            without.append(name)  # empty, binary, or another program's log: nothing here is vLLM's
+            continue
+        runs.extend(file_runs)
+        findings.extend(file_findings)
     collect: list[str] = []
     if not any(r.vllm_version or r.kv_cache_tokens or r.available_kv_gib is not None for r in runs):
         collect.append("the whole log from the server's launch (the start-up lines name the version, the flags and the "
@@ -130,7 +142,8 @@ def diagnose(sources: list[tuple[str, str]], coverage: fx.Coverage = None, model
                        "or watch the live server: kvplan watch URL")
     if not any(f.id == "request_too_long" for f in findings):
         collect.extend(run_collect)
-    return DoctorReport(tuple(n for n, _ in sources), tuple(runs), tuple(findings), tuple(collect), total_lines)
+    return DoctorReport(tuple(n for n, _ in sources), tuple(runs), tuple(findings), tuple(collect), total_lines,
+                        no_vllm_lines=tuple(without))
 
 
 def _is_scrape(lines: list[str]) -> bool:
@@ -161,6 +174,8 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
     found: list[Finding] = []
     hits: dict[str, list[tuple[int, Any]]] = {}
     stats = {"running": [], "waiting": [], "kv": [], "preemptions": [], "swapped": []}
+    stat_rows: list[tr.StatsLine] = []
+    sampling = {"lines": 0, "n_gt_1": 0, "logprobs": 0}  # request lines' SamplingParams (evidence for OOM fixes)
     warnings = errors = stat_lines = 0
     phases: dict[str, tuple[float, int]] = {}
     for i in range(run.start, run.end):
@@ -197,11 +212,25 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
         if m:
             stat_lines += 1
             stats["running"].append(int(sig.num(m.group("running"))))
+            row: dict[str, Any] = {}
             for key, pat in (("waiting", sig.STATS_WAITING), ("kv", sig.STATS_KV), ("preemptions", sig.STATS_PREEMPT),
                              ("swapped", sig.STATS_SWAPPED)):
                 mm = pat.search(line)
                 if mm:
                     stats[key].append((sig.num(mm.group(1)), i))
+                    row[key] = sig.num(mm.group(1))
+            stat_rows.append(tr.StatsLine(i, line_time(line), int(sig.num(m.group("running"))),
+                                          None if row.get("waiting") is None else int(row["waiting"]), row.get("kv"),
+                                          sig.num(m.group("prompt")), sig.num(m.group("gen"))))
+        if "SamplingParams(" in line:
+            sampling["lines"] += 1
+            mn = sig.SAMPLING_N.search(line)
+            if mn and (int(mn.group("n")) > 1 or (mn.group("best_of") not in (None, "None", "1"))):
+                sampling["n_gt_1"] += 1
+            ml = sig.SAMPLING_LOGPROBS.search(line)
+            if ml and ml.group("logprobs") != "None":
+                sampling["logprobs"] += 1
+    run.sampling = sampling
     log, args = run.log, run.args
     if log.engine is None and (hits.get("kv_v0") or hits.get("preempt_v0") or log.num_gpu_blocks is not None
                                or stats["swapped"]):
@@ -273,12 +302,8 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
         run.collect.append(f"{n400} request(s) answered HTTP 400 ({run.file}:{hits['http_400'][0][0] + 1}); the server log "
                            "does not say why: pass the response body (or the client's log) to kvplan doctor, e.g. a "
                            "prompt longer than max_model_len")
-    total_s = sum(s for s, _ in phases.values())
-    if phases and (total_s > SLOW_START_S or any(s > 60 for s, _ in phases.values())):
-        found.append(Finding("slow_start", "info", f"start-up phases took {total_s:.0f} s",
-                             _evs(run, sorted(i for _, i in phases.values())),
-                             tuple((f"{k}_s", round(s, 2)) for k, (s, _) in phases.items()) + (("total_s", round(total_s, 2)),),
-                             fx.slow_start({k: s for k, (s, _) in phases.items()})))
+    found.extend(_slow_start(run, phases))
+    found.extend(_queueing(run, stat_rows, coverage))
     kv = [v for v, _ in stats["kv"]]
     summary = RunSummary(
         run.file, run.start + 1, run.end, log.vllm_version, log.engine, log.model,
@@ -335,7 +360,7 @@ def _oom_finding(run: _Run, idx: list[int]) -> Finding:
              "drafter": "in the speculative-decoding drafter (its weights, dummy run or rejection sampler)",
              "prefill": "in a prefill / profiling batch (max_num_batched_tokens)", "unknown": "(phase not in the log)"}[kind]
     collect = ("the full traceback above the OutOfMemoryError (it names the phase)",) if kind == "unknown" else ()
-    fixes = fx.oom(kind, run.args, run.util(), run.planner()[0])
+    fixes = fx.oom(kind, run.args, run.util(), run.planner()[0], run.sampling)
     if flag_phase is not None and kind == flag_phase:
         fixes = tuple(serve_flags.oom_fixes(kind, run.args)) + fixes
     return Finding(fid, "error", f"CUDA out of memory {where}", _evs(run, idx), tuple(nums), fixes, collect)
@@ -360,3 +385,82 @@ def _preemption(run: _Run, v0: list[tuple[int, Any]], stats: dict[str, list]) ->
                                      ("peak_running", peak_running), ("peak_kv_usage_pct", max(kv) if kv else None),
                                      ("max_concurrency", run.log.max_concurrency)),
                     fx.preemption(run.log.max_concurrency, run.args, peak_running, *run.planner(), run.util()))]
+
+
+def _slow_start(run: _Run, phases: dict[str, tuple[float, int]]) -> list[Finding]:
+    """Start-up phases, each second counted once: an outer phase (vLLM's "Model loading took",
+    "init engine ... took") replaces the phases it contains (signatures.PHASE_PARTS)."""
+    if not phases:
+        return []
+    secs = {k: s for k, (s, _) in phases.items()}
+    total = 0.0
+    inner = {p for parts in sig.PHASE_PARTS.values() for p in parts}
+    for outer, parts in sig.PHASE_PARTS.items():
+        total += secs[outer] if outer in secs else sum(secs.get(p, 0.0) for p in parts)
+    total += sum(s for k, s in secs.items() if k not in inner and k not in sig.PHASE_PARTS)
+    stamps = [t for t in (line_time(run.lines[i]) for i in range(run.start, run.end) if run.lines[i]) if t is not None]
+    span = stamps[-1] - stamps[0] if len(stamps) > 1 and stamps[-1] > stamps[0] else None
+    if not (total > SLOW_START_S or any(s > 60 for s in secs.values())):
+        return []
+    within = {p: outer for outer, parts in sig.PHASE_PARTS.items() if outer in secs for p in parts if p in secs}
+    nums: list[tuple[str, Any]] = [(f"{k}_s", round(s, 2)) for k, s in secs.items()]
+    nums += [(f"{p}_within", outer) for p, outer in within.items()]
+    nums += [("total_s", round(total, 2)), ("log_span_s", round(span, 1) if span is not None else None)]
+    title = f"start-up phases took {total:.0f} s" + (f" (the log's timestamps span {span:.0f} s)" if span else "")
+    return [Finding("slow_start", "info", title, _evs(run, sorted(i for _, i in phases.values())), tuple(nums),
+                    fx.slow_start(secs))]
+
+
+def _queueing(run: _Run, rows: list[tr.StatsLine], coverage: fx.Coverage) -> list[Finding]:
+    """Slow responses from the stats lines: a queue that persists (requests_queued) and a full KV
+    cache with requests waiting (kv_cache_full_with_waiting), with numbers and fixes."""
+    queue = tr.longest_queue(rows)
+    if queue is None:
+        return []
+    lengths = getattr(coverage, "means", None) if coverage is not None else None
+    p99 = getattr(coverage, "p99", None) if coverage is not None else None
+    replicas = int(run.args.get("data_parallel_size") or 1)
+    planner, why = run.planner()
+    seqs = planner.baseline.flags.max_num_seqs if planner is not None else run.args.get("max_num_seqs")
+    kv_tokens = planner.baseline.kv.kv_cache_tokens if planner is not None else run.log.kv_cache_tokens
+    growth, span = queue.growth_per_s, queue.seconds
+    done = tr.completion_rate(queue, lengths)
+    kv_peak = queue.peak_kv_pct
+    limit = ("kv_cache" if kv_peak is not None and kv_peak >= tr.KV_FULL_PCT else
+             "max_num_seqs" if seqs and queue.peak_running >= tr.SEQS_CAP_SHARE * seqs else "throughput")
+    nums = (("waiting_first", queue.first.waiting), ("waiting_last", queue.last.waiting),
+            ("waiting_peak", queue.peak_waiting), ("stats_lines", len(queue.lines)),
+            ("window_s", round(span, 1) if span else None),
+            ("queue_growth_per_s", round(growth, 2) if growth is not None else None),
+            ("running_peak", queue.peak_running), ("max_num_seqs", seqs),
+            ("kv_usage_peak_pct", kv_peak), ("prompt_tokens_per_s", round(queue.mean("prompt_tps") or 0, 1)),
+            ("generation_tokens_per_s", round(queue.mean("generation_tps") or 0, 1)),
+            ("completions_per_s", round(done, 2) if done else None), ("limited_by", limit))
+    grew = (f"grew from {queue.first.waiting:,} to {queue.last.waiting:,}" +
+            (f" in {span:.0f} s ({growth:+.1f} req/s)" if span and growth is not None else "")
+            if (queue.last.waiting or 0) > (queue.first.waiting or 0) else f"peaked at {queue.peak_waiting:,}")
+    why_limit = {"kv_cache": f"the KV cache at {kv_peak:.1f} %", "max_num_seqs": f"max_num_seqs {seqs} running",
+                 "throughput": "the GPU's throughput"}[limit]
+    fixes = [tr.capacity_fix(queue, lengths, replicas)]
+    seq_fix = tr.seqs_fix(queue, seqs)
+    if seq_fix is not None:
+        fixes.append(seq_fix)
+    fixes.append(tr.lengths_fix(queue, kv_tokens, lengths, p99))
+    collect = () if lengths else ("the request log (kvplan doctor LOG --requests REQUESTS): its mean prompt length turns "
+                                  "the prompt throughput into completions/s and a replica count",)
+    found = [Finding("requests_queued", "warning",
+                     f"requests queued: waiting {grew} over {len(queue.lines)} stats lines, limited by {why_limit}",
+                     _evs(run, [queue.first.index, queue.last.index]), nums, fx.ranked(fixes), collect)]
+    full = queue.full_lines
+    if len(full) >= 2:
+        kv_nums = (("kv_usage_peak_pct", kv_peak), ("lines_full_with_waiting", len(full)),
+                   ("running_when_full", round(sum(r.running for r in full) / len(full))),
+                   ("kv_cache_tokens", kv_tokens), ("threshold_pct", tr.KV_FULL_PCT))
+        kv_fix = tr.kv_fixes(planner, why, run.args, run.util())
+        kv_fix.append(tr.lengths_fix(queue, kv_tokens, lengths, p99))
+        found.append(Finding("kv_cache_full_with_waiting", "warning",
+                             f"KV cache ≥ {tr.KV_FULL_PCT:.0f} % full on {len(full)} stats lines while requests waited "
+                             f"(peak {kv_peak:.1f} %, {round(sum(r.running for r in full) / len(full))} running): the "
+                             "cache, not compute, caps how many run at once",
+                             _evs(run, [r.index for r in full]), kv_nums, fx.ranked(kv_fix)))
+    return found

@@ -127,7 +127,10 @@ def free_memory(free: float, total: float, util: float, requested: float) -> tup
     ])
 
 
-def oom(kind: str, args: dict[str, Any], util: Optional[float], planner: Optional[LogPlanner] = None) -> tuple[Fix, ...]:
+def oom(kind: str, args: dict[str, Any], util: Optional[float], planner: Optional[LogPlanner] = None,
+        sampling: Optional[dict[str, int]] = None) -> tuple[Fix, ...]:
+    """``sampling``: what the run's request lines showed (lines with SamplingParams, how many with
+    n/best_of > 1, how many asked for logprobs): the evidence for the request-side sampler fix."""
     fixes: list[Fix] = []
     planned = pf.oom(planner, kind, args, util) if planner is not None else []
     done = {f.change.split()[0] for f in planned}
@@ -137,9 +140,19 @@ def oom(kind: str, args: dict[str, Any], util: Optional[float], planner: Optiona
         fixes.append(Fix("--enforce-eager", "no CUDA graphs are captured, so their memory is not needed (slower decode)", "throughput"))
         fixes.append(Fix("--max-num-seqs 128", "fewer, smaller graphs to capture (capture sizes go up to max_num_seqs)", "throughput"))
     elif kind == "sampling":
+        seen = sampling or {}
+        heavy = seen.get("n_gt_1", 0) + seen.get("logprobs", 0)
+        premise = ("" if heavy else
+                   f"requests with n > 1, best_of or logprobs: none of the log's {seen['lines']} request line(s) has one"
+                   if seen.get("lines") else "requests with n > 1, best_of or logprobs: the log shows no request "
+                   "parameters (vLLM logs them with --enable-log-requests)")
+        evidence = (f"; {seen.get('n_gt_1', 0)} logged request(s) with n/best_of > 1, {seen.get('logprobs', 0)} "
+                    "with logprobs") if heavy else ""
         fixes.append(Fix("lower n / best_of / logprobs in the requests (or --max-logprobs 5)",
-                         "the sampler's logits are [num_seqs × n × vocab]: memory scales with n and logprobs", "free"))
-        fixes.append(Fix("--max-num-seqs 128", "fewer sequences sampled per step", "throughput"))
+                         "the sampler's logits are [num_seqs × n × vocab]: memory scales with n and logprobs" + evidence,
+                         "free", premise=premise))
+        fixes.append(Fix("--max-num-seqs 128", "fewer sequences sampled per step: the sampler's logits (and its "
+                         "top-k/top-p sort) are [num_seqs × vocab]", "throughput"))
     elif kind == "prefill" and "--max-num-batched-tokens" not in done and planner is None:
         mnbt = int(args.get("max_num_batched_tokens") or 8192)
         fixes.append(Fix(f"--max-num-batched-tokens {max(512, mnbt // 2)}", f"halves the prefill batch ({mnbt:,} tokens): "
@@ -209,8 +222,9 @@ def slow_start(phases: dict[str, float]) -> tuple[Fix, ...]:
     if phases.get("download", 0) > 30:
         fixes.append(Fix("pre-download the weights (hf download) to a persistent HF_HOME volume",
                          f"saves ≈ {phases['download']:.0f} s per start", "operational"))
-    if phases.get("load", 0) > 60:
-        fixes.append(Fix("weights on local NVMe (not network storage); safetensors", f"load took {phases['load']:.0f} s", "operational"))
+    load = phases.get("load") or max(0.0, phases.get("model_loading", 0.0) - phases.get("download", 0.0))
+    if load > 60:
+        fixes.append(Fix("weights on local NVMe (not network storage); safetensors", f"load took {load:.0f} s", "operational"))
     if phases.get("compile", 0) > 30:
         fixes.append(Fix("keep VLLM_CACHE_ROOT (~/.cache/vllm) on a persistent volume",
                          f"torch.compile's cache skips ≈ {phases['compile']:.0f} s on the next start", "operational"))

@@ -24,7 +24,8 @@ FINDING_IDS: dict[str, str] = {
     "swap_space": "--swap-space too large for the host's memory",
     "spec_decode_acceptance": "the draft acceptance rate of speculative decoding, from vLLM's periodic metrics lines",
     # from a Prometheus server's history (kvplan doctor --prometheus); evidence are time ranges
-    "kv_cache_full_with_waiting": "KV cache near full while requests waited (history)",
+    "kv_cache_full_with_waiting": "KV cache near full while requests waited (the log's stats lines, or history)",
+    "requests_queued": "requests waited in vLLM's queue for 20 s or more (stats lines): arrivals above what it completes",
     "latency_tail": "E2E or TTFT P99 above the threshold (history)",
     "gpu_memory_outside_budget": "GPU memory in use above vLLM's budget (gpu_memory_utilization x total), growing (history)",
     "server_restart": "the vLLM server restarted (process start time changed or counters reset) (history)",
@@ -69,10 +70,13 @@ class Fix:
     basis: str = "vLLM rule"
     #: what the cost is, in the plan's own numbers (e.g. "−31,000 KV tokens (−6% of the cache)")
     price: str = ""
+    #: what the fix assumes that the log does not show ("" when the log supports it); such fixes
+    #: rank after the supported ones (planned_fixes.ranked)
+    premise: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "effect": self.effect, "cost": self.cost, "numbers": dict(self.numbers),
-                "basis": self.basis, "price": self.price}
+                "basis": self.basis, "price": self.price, "premise": self.premise}
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,9 @@ class DoctorReport:
     lines_read: int = 0
     #: kvplan doctor --prometheus: one summary per deployment read (instance, range, totals, notes)
     history: tuple[dict, ...] = ()
+    #: files in which no line is vLLM's (empty, binary, another program's log): the CLI says so
+    #: and exits 2 rather than calling them healthy
+    no_vllm_lines: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -150,4 +157,5 @@ class DoctorReport:
         return {"files": list(self.files), "lines_read": self.lines_read, "healthy": self.healthy,
                 "runs": [r.to_dict() for r in self.runs], "findings": [f.to_dict() for f in self.findings],
                 "collect_next": list(self.collect_next), "finding_ids": FINDING_IDS,
+                "no_vllm_lines": list(self.no_vllm_lines),
                 **({"history": list(self.history)} if self.history else {})}

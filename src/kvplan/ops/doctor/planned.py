@@ -20,7 +20,7 @@ from typing import Any, Optional
 from ...errors import UsageError
 from ...hardware import GIB, custom_gpu
 from ...memory import PlanRequest, PlanResult, plan
-from ...memory.compare import compare_with_log
+from ...memory.compare import compare_with_log, kv_bytes_from_blocks
 from ...memory.semantics import nearest_supported_version
 from ...memory.startup_log import StartupLog
 from ...models import ModelSpec, catalog, load_model
@@ -51,7 +51,10 @@ class LogPlanner:
 
     def replan(self, extra_bytes: int = 0, **changes: Any) -> PlanResult:
         """The plan with ``changes`` to the flags and ``extra_bytes`` more KV memory per GPU
-        (an estimated planner re-estimates the memory for the changed flags instead)."""
+        (an estimated planner re-estimates the memory for the changed flags instead). A
+        ``max_model_len`` of None keeps the log's length (it never means the model's own limit)."""
+        if "max_model_len" in changes and changes["max_model_len"] is None:
+            del changes["max_model_len"]
         req = replace(self.request, **changes)
         if self.estimated:
             return plan(req, what_ifs=False, fit_search=True)
@@ -117,6 +120,8 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
         kv_bytes = explicit  # vLLM used exactly this (the printed GiB is rounded)
     elif log.available_kv_gib:
         kv_bytes = int(round(min(log.available_kv_gib) * GIB))
+    elif log.num_gpu_blocks or log.kv_cache_tokens or log.max_concurrency:
+        kv_bytes = 0  # vLLM counted its blocks but printed no GiB: the bytes follow from the count, below
     elif total and device == "cuda":
         kv_bytes, estimated = 0, True  # vLLM stopped before measuring: estimate it, as `kvplan plan` does
     else:
@@ -151,6 +156,18 @@ def make_planner(log: StartupLog, args: dict[str, Any], *, model: Optional[str] 
         label = (f"{spec.name} on {gpu.name}, vLLM {base.vllm_semantics} rules ({base.engine}), KV memory estimated "
                  "(the log has no measurement: vLLM stopped before it)")
         return LogPlanner(req, base, int(base.memory.available_kv_cache_bytes), total, label, estimated=True), ""
+    if explicit is None and not log.available_kv_gib:
+        # The count is vLLM's measurement: never re-estimate what the log measured (0.7-0.8's V1
+        # engine prints "# GPU blocks" / "GPU KV cache size" only).
+        try:
+            probe = plan(replace(req, kv_cache_memory_bytes=None), what_ifs=False)
+        except (UsageError, ValueError) as exc:
+            return None, f"the planner rejects the log's flags: {exc}"
+        kv_bytes = kv_bytes_from_blocks(log, probe, req) or 0
+        if not kv_bytes:
+            return None, (f"no block count reproduces the log's KV line ({log.kv_cache_tokens or log.num_gpu_blocks} "
+                          f"{'tokens' if log.kv_cache_tokens else 'blocks'}); check --model and the flags")
+        req = replace(req, kv_cache_memory_bytes=kv_bytes)
     per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
     if per_stage is not None:
         req = replace(req, kv_cache_memory_per_stage=per_stage)

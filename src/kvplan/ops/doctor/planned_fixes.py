@@ -32,8 +32,10 @@ def missing_from_log(util: Optional[float], total: Optional[float]) -> str:
 
 
 def ranked(fixes: list[Fix]) -> tuple[Fix, ...]:
-    """Cheapest first (model.COSTS); the sort is stable, so equal costs keep their order."""
-    return tuple(sorted(fixes, key=lambda f: COSTS.index(f.cost)))
+    """By evidence, then cost: a fix whose premise the log does not show (``Fix.premise``: e.g.
+    requests with n > 1 when none is logged) after every fix the log supports; within each, the
+    cheapest first (model.COSTS). The sort is stable, so equal ranks keep their order."""
+    return tuple(sorted(fixes, key=lambda f: (bool(f.premise), COSTS.index(f.cost))))
 
 
 def shorter_context_cost(coverage: Coverage, max_len: int, length: int) -> tuple[str, str]:
@@ -125,11 +127,11 @@ def _more_memory(p: LogPlanner, base: PlanResult, max_len: Optional[int], args: 
     if p.request.device == "cpu":
         return [Fix("a larger --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE)", "vLLM's CPU backend sizes its KV "
                     "cache from these, in host memory", "free", (), BASIS_RULE)]
+    if util is not None and util >= UTIL_TARGET:
+        return []
     if util is None or not p.total_bytes:
         return [Fix(f"--gpu-memory-utilization {UTIL_TARGET}", "more KV memory: each +0.01 adds 1% of the GPU's memory "
                     f"({missing_from_log(util, p.total_bytes)})", "free", (), BASIS_RULE)]
-    if util >= UTIL_TARGET:
-        return []
     extra = p.bytes_for(UTIL_TARGET - util) or 0
     r = p.replan(extra, gpu_memory_utilization=UTIL_TARGET, max_model_len=max_len)
     added = r.kv.num_gpu_blocks - base.kv.num_gpu_blocks
@@ -154,6 +156,11 @@ def _smallest_start(p: LogPlanner, max_len: Optional[int]) -> Optional[int]:
         else:
             lo = mid
     return hi * bpb
+
+
+def more_kv(p: LogPlanner, args: dict[str, Any], util: Optional[float]) -> list[Fix]:
+    """More KV cache on the same replica, re-planned: fp8 entries, a higher utilisation."""
+    return _fp8(p, args, None) + _more_memory(p, p.baseline, None, args, util)
 
 
 def _fp8(p: LogPlanner, args: dict[str, Any], max_len: Optional[int]) -> list[Fix]:

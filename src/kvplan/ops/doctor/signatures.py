@@ -53,15 +53,23 @@ TP_NOT_DIVISIBLE = [
     re.compile(r"(?P<what>[\w ]+?) \((?P<value>" + _N + r")\) (?:is not|must be) divisible by (?:the )?"
                r"(?:tensor[ _]parallel[ _]size|tp_size|weight quantization block_n) ?=? ?\(?(?P<tp>" + _N + r")\)?"),
 ]
-# Durations of the start-up phases (seconds).
+# Durations of the start-up phases (seconds). Some contain others (read in 0.8.5/0.19.0:
+# gpu_model_runner.load_model times the download and the weight loading together and prints
+# "Model loading took"; core.py's "init engine" times profile_run, which compiles, and the graph
+# capture): PHASE_PARTS says which, so a total never counts a second twice.
 SLOW_PHASES = [
     ("download", re.compile(r"Time spent downloading weights for \S+: (?P<s>" + _F + r") seconds")),
     ("load", re.compile(r"Loading weights took (?P<s>" + _F + r") seconds")),
-    ("load", re.compile(r"Model loading took " + _F + r" ?GiB(?: memory)? and (?P<s>" + _F + r") seconds")),
+    ("model_loading", re.compile(r"Model loading took " + _F + r" ?GiB(?: memory)? and (?P<s>" + _F + r") seconds")),
     ("compile", re.compile(r"torch\.compile takes (?P<s>" + _F + r") s in total")),
     ("cudagraph", re.compile(r"Graph capturing finished in (?P<s>" + _F + r") secs")),
     ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>" + _F + r") seconds")),
 ]
+#: phase -> the phases it contains (the outer phase's time already includes them)
+PHASE_PARTS = {"model_loading": ("download", "load"), "engine_init": ("compile", "cudagraph")}
+#: request sampling parameters as the request log prints them (SamplingParams repr, 0.4-0.33)
+SAMPLING_N = re.compile(r"SamplingParams\(n=(?P<n>\d+)(?:, best_of=(?P<best_of>\d+|None))?")
+SAMPLING_LOGPROBS = re.compile(r"(?<!prompt_)logprobs=(?P<logprobs>\d+|None)")
 # vLLM's CPU backend sizes its KV cache in host memory (cpu_worker.py) and names the pool "CPU".
 CPU_KV = re.compile(r"(?:Explicitly|Auto) set \(" + _F + r"/" + _F + r"\) GiB for KV cache|\bCPU KV cache size:")
 # uvicorn's access log: vLLM 0.32 logs a rejected request only as this line (the reason is in the body).
