@@ -20,7 +20,7 @@ from verdict_helpers import assert_bench_passed, client_note
     (["bench", "--url", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--slo", "p99=1"], "--slo"),
     (["bench", "--url", "http://127.0.0.1:1", "--rate", "1", "--target-qps", "2", "--duration", "1s"], "not both"),
     (["bench", "--url", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--input-len", "log"], "--requests"),
-    (["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], "no such file"),
+    (["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], "file not found: /nonexistent/a.json"),
 ])
 def test_usage_errors_exit_2(args, msg):
     p = run_cli(*args)

@@ -168,7 +168,7 @@ def test_collect_next_when_the_log_says_nothing():
 
 
 def test_read_source_errors(tmp_path):
-    with pytest.raises(UsageError, match="no such file"):
+    with pytest.raises(UsageError, match="file not found"):
         read_source(str(tmp_path / "nope.log"))
     with pytest.raises(UsageError, match="directory"):
         read_source(str(tmp_path))
@@ -187,7 +187,7 @@ def test_cli_json_markdown_table_and_exit_codes():
     p = run_cli("doctor", str(next((FIX / "vllm_logs").glob("18-*.log"))))
     assert p.returncode == 1 and "--max-model-len 122080" in p.stdout
     p = run_cli("doctor", "/nonexistent.log")
-    assert p.returncode == 2 and "no such file" in p.stderr
+    assert p.returncode == 2 and "file not found" in p.stderr
     p = run_cli("doctor", str(DOCTOR / "13-no-blocks-bonito-22.log"), "--format", "xml")
     assert p.returncode == 2
 

@@ -113,15 +113,17 @@ def test_strict_stops_at_the_first_bad_record(tmp_path):
 def test_no_tokenizer_is_a_counted_reason_and_estimate_is_labelled(tmp_path):
     path = write(tmp_path, "c.jsonl", (json.dumps({"messages": [{"role": "user", "content": "hello there"}]}) + "\n"
                                        + GOOD + "\n").encode())
-    r = analyze_lengths([path], None)
+    r = analyze_lengths([path], None, LengthsOptions(estimate=False))
     assert r.records.skipped == {"no_tokenizer": 1} and not r.estimated
-    r = analyze_lengths([path], None, LengthsOptions(estimate=True))
-    assert r.records.used == 2 and r.counted_by == {"usage": 1, "tokenizer": 0, "estimate": 1} and r.estimated
-    assert r.notes[0].startswith("ESTIMATE")
-    out = kvplan("lengths", path, "--estimate")
+    for opts in (LengthsOptions(), LengthsOptions(estimate=True)):  # the one rule: estimate without a tokenizer
+        r = analyze_lengths([path], None, opts)
+        assert r.records.used == 2 and r.counted_by == {"usage": 1, "tokenizer": 0, "estimate": 1} and r.estimated
+        assert r.notes[0].startswith("ESTIMATE")
+    out = kvplan("lengths", path)
     assert "ESTIMATE" in out.stdout and "estimate 1" in out.stdout
-    md = kvplan("lengths", path, "--estimate", "--format", "markdown")
+    md = kvplan("lengths", path, "--format", "markdown")
     assert "ESTIMATE" in md.stdout.splitlines()[0]
+    assert "no_tokenizer 1" in kvplan("lengths", path, "--no-estimate").stdout
 
 
 def test_usage_errors_exit_2(tmp_path):

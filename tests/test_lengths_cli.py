@@ -207,14 +207,15 @@ def test_skipped_list_and_json_agree_and_the_hint_fits_the_flags(tmp_path):
     src = tmp_path / "no-usage.jsonl"
     src.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {i}"}]}) + "\n"
                            for i in range(80)))
-    table = kvplan("lengths", str(src), "--model", "no-such-org/no-such-model")
-    d = json.loads(kvplan("lengths", str(src), "--model", "no-such-org/no-such-model", "--format", "json").stdout)
+    table = kvplan("lengths", str(src), "--model", "no-such-org/no-such-model", "--no-estimate")
+    d = json.loads(kvplan("lengths", str(src), "--model", "no-such-org/no-such-model", "--no-estimate", "--format",
+                          "json").stdout)
     assert d["records"]["skipped"] == {"no_tokenizer": 80} and d["issues_total"] == 80 and len(d["issues"]) == 50
     flat = " ".join(table.stdout.split())
     assert "… 70 more: 80 in total; --format json lists the first 50" in flat
-    assert "give --tokenizer DIR or --estimate" in d["issues"][0]["message"]
+    assert "give --tokenizer DIR, or leave out --no-estimate" in d["issues"][0]["message"]
     assert "--model ID" not in d["issues"][0]["message"]
-    few = json.loads(kvplan("lengths", str(src), "--format", "json", "--max-issues", "80").stdout)
+    few = json.loads(kvplan("lengths", str(src), "--no-estimate", "--format", "json", "--max-issues", "80").stdout)
     assert len(few["issues"]) == 80 and "--model ID" in few["issues"][0]["message"]  # no --model: it may help
 
 

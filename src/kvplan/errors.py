@@ -15,6 +15,12 @@ class UsageError(KvplanError):
     """The user's input cannot be planned: a bad flag, an unknown model, a broken file."""
 
 
+def file_not_found(path: object) -> UsageError:
+    """The one error for an input file that does not exist, in every command and for every flag
+    that names a file: ``file not found: PATH`` (the CLI exits 2)."""
+    return UsageError(f"file not found: {path}")
+
+
 class UnknownModelError(UsageError):
     def __init__(self, name: str, suggestions: list[str]):
         self.name = name

@@ -61,7 +61,7 @@ def read_log_requests(paths: Sequence[str], limit: Optional[int] = None) -> tupl
     book = _Book(opts)
     out: list[LogRequest] = []
     skipped: dict[str, int] = {}
-    for _rid, r in iter_requests(expand_paths(list(paths)), opts, book):
+    for _rid, r in iter_requests(expand_paths(list(paths), require_existing=True), opts, book):
         if r.multimodal:
             skipped["multimodal"] = skipped.get("multimodal", 0) + 1
             continue

@@ -89,6 +89,10 @@ def bench_cmd(
             raise UsageError(f"--format must be {reports.choices_text('bench')}")
         eff_rate = target_qps * factor if target_qps is not None else rate
         default_len = "log" if requests else None
+        if requests:
+            from ..workload.sources import expand_paths
+
+            expand_paths([requests], require_existing=True)  # before any server is contacted
         cfg = BenchConfig(
             url=url, model=model, endpoint=endpoint, stream=not no_stream, rate=eff_rate, concurrency=concurrency,
             replay=replay, replay_speed=factor if replay else 1.0, arrival=arrival, burstiness=burstiness,

@@ -71,7 +71,7 @@ def _plan_for(model: Optional[str], gpu: Optional[str], tp: int):
         spec = load_model(model)
     except UsageError:
         return None  # a tokenizer-only folder: no config.json, so no bytes per token
-    return plan(PlanRequest(spec, find_gpu(gpu or "H100"), tensor_parallel_size=tp), what_ifs=False)
+    return plan(PlanRequest(spec, find_gpu(gpu or "H100"), tensor_parallel_size=tp), what_ifs=False, fit_search=True)
 
 
 def lengths_cmd(
@@ -92,8 +92,9 @@ def lengths_cmd(
     fmt: Format = typer.Option(Format.table, "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write an HTML report with histograms to this file."),
     strict: bool = typer.Option(False, "--strict", help="Stop at the first bad record or file (exit code 1)."),
-    estimate: bool = typer.Option(False, "--estimate", help="Without a tokenizer, estimate tokens from characters "
-                                  "(labelled as an estimate everywhere)."),
+    estimate: Optional[bool] = typer.Option(None, "--estimate/--no-estimate", help="Without a tokenizer, prompts "
+                                            "lacking server-reported usage are estimated from characters (labelled "
+                                            "everywhere); --no-estimate skips them instead."),
     input_format: InputFormat = typer.Option(InputFormat.auto, "--input-format", help="Force the record shape."),
     container: Container = typer.Option(Container.auto, "--container", help="Force the file format."),
     session_field: Optional[str] = typer.Option(None, "--session-field", help="Conversation id field (dotted path)."),
@@ -138,6 +139,9 @@ def lengths_from_flags(flags: dict, quiet: bool = False):
                                                                    flags["duration_field"]),
                           max_record_bytes=flags["max_record_bytes"], max_issues=flags.get("max_issues", 50))
     opts.validate()
+    from ..workload.sources import expand_paths
+
+    expand_paths(list(flags["files"]), require_existing=True)  # one rule: file not found: PATH, exit 2
     model = flags["model"]
     tok = resolve_tokenizer(flags["tokenizer"], model, flags["chat_template"], quiet=quiet)
     plan = _plan_for(model, flags["gpu"], flags["tensor_parallel_size"])
@@ -160,15 +164,20 @@ def trim_cmd(
     keep_system: bool = typer.Option(True, "--keep-system/--drop-system"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the trimmed JSONL here (default stdout)."),
     strict: bool = typer.Option(False, "--strict"),
+    estimate: Optional[bool] = typer.Option(None, "--estimate/--no-estimate", help="Without a tokenizer, count by "
+                                            "characters per token (labelled; approximate, as in kvplan lengths); "
+                                            "--no-estimate refuses to trim without one."),
 ) -> None:
     """Trim each request's history to whole turns that fit the budget, with the real chat template."""
+    from ..workload.analysis import estimator_for
     from ..workload.trim_cli import run_trim
 
     try:
         tok = resolve_tokenizer(tokenizer, model, chat_template, quiet=True)
-        if tok is None:
-            raise UsageError("kvplan trim needs the model's tokenizer: give --tokenizer DIR (or a --model whose "
-                             "tokenizer is in a local folder or the Hugging Face cache)")
+        counter = tok if tok is not None else estimator_for(None, estimate)
+        if counter is None:
+            raise UsageError("kvplan trim --no-estimate needs the model's tokenizer: give --tokenizer DIR (or a "
+                             "--model whose tokenizer is in a local folder or the Hugging Face cache)")
         if budget < 1 or (max_turns is not None and max_turns < 1) or (reserve_output is not None and reserve_output < 0):
             raise UsageError("--budget and --max-turns must be positive, --reserve-output not negative")
         out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
@@ -177,7 +186,7 @@ def trim_cmd(
     except OSError as exc:
         _fail(f"--output {output}: {exc.strerror or exc}", 2)
     try:
-        summary = run_trim(files, tok, budget, out, reserve_output=reserve_output, max_turns=max_turns,
+        summary = run_trim(files, counter, budget, out, reserve_output=reserve_output, max_turns=max_turns,
                            keep_system=keep_system, strict=strict)
     except UsageError as exc:
         _fail(str(exc), 2)
@@ -197,8 +206,11 @@ def traffic_for_plan(requests: str, model: str, plan_result, tokenizer: str | No
     from ..workload.analysis import LengthsOptions, analyze_lengths
     from ..workload.traffic import traffic_fit
 
+    from ..workload.sources import expand_paths
+
+    expand_paths([requests], require_existing=True)
     tok = resolve_tokenizer(tokenizer, model, None, quiet=tokenizer is None)
-    opts = LengthsOptions(block_size=plan_result.kv.block_size, estimate=tok is None)
+    opts = LengthsOptions(block_size=plan_result.kv.block_size)
     lengths = analyze_lengths([requests], tok, opts, plan=plan_result, model=model)
     if lengths.records.used == 0:
         raise UsageError(f"--requests {requests}: no usable record (skipped: {dict(lengths.records.skipped)})")

@@ -207,7 +207,9 @@ def _coverage(paths: List[str]):
     (server-reported usage, or a character estimate when the log has only text)."""
     from ..workload.analysis import LengthsOptions, analyze_lengths
     from ..workload.finalize import coverage_at
+    from ..workload.sources import expand_paths
 
+    expand_paths(list(paths), require_existing=True)
     result = analyze_lengths(list(paths), None, LengthsOptions(estimate=True))
 
     def cover(length: int):

@@ -53,7 +53,7 @@ def preflight_cmd(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Model folder, tokenizer.json or pkg:NAME to count "
                                             "the requests' tokens (default: the model's, when found offline)."),
     estimate: Optional[bool] = typer.Option(None, "--estimate/--no-estimate", help="Without a tokenizer, estimate tokens "
-                                            "from characters (labelled)."),
+                                            "from characters (labelled; the default); --no-estimate skips them."),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="The production rate; the load test runs at "
                                                "this x --load-factor."),
     load_factor: Optional[float] = typer.Option(None, "--load-factor", help="Headroom of the load test (default 1.5)."),
@@ -112,7 +112,7 @@ def preflight_cmd(
             from .lengths import resolve_tokenizer
 
             tok = resolve_tokenizer(values.get("tokenizer"), values.get("model"), None, quiet=bool(values.get("estimate")))
-            if tok is None and not values.get("estimate"):
+            if tok is None and values.get("estimate") is None:
                 typer.echo("kvplan: note: no tokenizer found: prompts without server-reported usage are estimated "
                            "(labelled in the report); give --tokenizer", err=True)
     except UsageError as exc:
@@ -168,7 +168,7 @@ def _options(v: dict):
                          else 120.0),
         baseline=v.get("baseline"), dry_run=bool(v.get("dry_run")), output_dir=Path(out) if out else None,
         max_tokens=v.get("max_tokens"), history_turns=v.get("history_turns"), history_tokens=v.get("history_tokens"),
-        percentile=float(v.get("percentile") or 99.0), estimate=bool(v.get("estimate")), strict=bool(v.get("strict")),
+        percentile=float(v.get("percentile") or 99.0), estimate=v.get("estimate"), strict=bool(v.get("strict")),
     ).validate()
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import UsageError
+from ..errors import UsageError, file_not_found
 
 GIB = 1 << 30
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
@@ -353,7 +353,7 @@ def read_log_text(path: str | Path) -> str:
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"{p}: no such file") from None
+        raise file_not_found(p) from None
     except OSError as exc:
         raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
     return data.decode("utf-8", errors="replace")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..errors import ConfigFieldError, UsageError
+from ..errors import ConfigFieldError, UsageError, file_not_found
 from .spec import (
     ChunkedLocalAttention,
     DenseMLP,
@@ -461,7 +461,7 @@ def load_config_file(path: Path) -> ModelSpec:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise file_not_found(path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
     try:

@@ -248,7 +248,11 @@ def check_history(plan_result, lengths, opts: PreflightOptions) -> CheckResult:
             break
         fit_turns = t.turn
     first_over = next((t for t in turns if t.p99 > room), None)
-    hist_tokens_fix = Fix(f"cap history at {room:,} prompt tokens (kvplan trim --budget {L} --reserve-output {budget})",
+    tok = (lengths.inputs.get("tokenizer") or {}) if isinstance(lengths.inputs, dict) else {}
+    tok_flag = (f" --tokenizer {tok['source']}" if isinstance(tok, dict) and tok.get("kind") != "estimate"
+                and tok.get("source") else "")
+    hist_tokens_fix = Fix(f"cap history at {room:,} prompt tokens (kvplan trim --budget {L} --reserve-output {budget}"
+                          f"{tok_flag})",
                           f"every request's prompt + max_tokens fits {L:,}; whole turns are dropped oldest first, "
                           "the system prompt is kept", "free", (("history_tokens", room),),
                           basis="per-turn statistics")

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, file_not_found
 
 _NUM = (int, float)
 _SIZE = (int, float, str)  # "32K", 8192, "30GiB"
@@ -44,7 +44,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"--config {p}: no such file") from None
+        raise file_not_found(p) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--config {p}: cannot read: {exc}") from None
     suffix = p.suffix.lower()

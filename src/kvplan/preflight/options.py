@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import UsageError
+from ..errors import UsageError, file_not_found
 
 DEFAULT_DURATION_S = 300.0  # the "5 minutes at 150% of the target QPS"
 DEFAULT_LOAD_FACTOR = 1.5
@@ -35,7 +35,7 @@ class PreflightOptions:
     history_turns: Optional[int] = None  # the history cap the application applies, if any
     history_tokens: Optional[int] = None
     percentile: float = 99.0
-    estimate: bool = False
+    estimate: Optional[bool] = None  # kvplan.workload.analysis.estimator_for: None = the one rule
     strict: bool = False
     # bench knobs a test may tighten (never needed on the command line)
     bench_timeout_s: float = 120.0
@@ -56,7 +56,7 @@ class PreflightOptions:
         if self.log is not None and not self.url:
             raise UsageError("--log is the log of the server given by --url (with --launch kvplan writes its own)")
         if self.log is not None and not Path(self.log).is_file():
-            raise UsageError(f"--log {self.log}: no such file")
+            raise file_not_found(self.log)
         if not self.dry_run and not self.url and not self.launch:
             raise UsageError("give --url URL (a running server), --launch (kvplan starts vllm serve), or --dry-run")
         if self.target_qps is not None and not self.target_qps > 0:
@@ -74,10 +74,10 @@ class PreflightOptions:
         if not 50 <= self.percentile < 100:
             raise UsageError(f"--percentile must be in [50, 100), got {self.percentile}")
         if self.baseline is not None and not Path(self.baseline).is_file():
-            raise UsageError(f"--baseline {self.baseline}: no such file")
+            raise file_not_found(self.baseline)
         if self.requests is not None and self.requests != "-" and not any(c in self.requests for c in "*?[") \
                 and not Path(self.requests).exists():
-            raise UsageError(f"--requests {self.requests}: no such file")
+            raise file_not_found(self.requests)
         return self
 
     def public(self) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def analyse_traffic(plan_result, opts: PreflightOptions, tokenizer):
     from ..workload.traffic import traffic_fit
 
     lo = LengthsOptions(percentile=opts.percentile, block_size=plan_result.kv.block_size, max_tokens=opts.max_tokens,
-                        estimate=tokenizer is None)
+                        estimate=opts.estimate, history_max_model_len=plan_result.flags.max_model_len)
     lo.validate()
     lengths = analyze_lengths([opts.requests], tokenizer, lo, plan=plan_result, model=plan_result.model.id)
     if lengths.records.used == 0:
@@ -78,7 +78,7 @@ def simulate_load(req, plan_result, opts: PreflightOptions, tokenizer):
     rate = opts.load_rate
     n = max(1, math.ceil(rate * opts.duration_s))
     trace = trace_from_log([opts.requests], tokenizer=tokenizer, rate=rate, num_requests=n, max_tokens=opts.max_tokens,
-                           estimate=tokenizer is None)
+                           estimate=opts.estimate)
     try:
         res = simulate(req, trace, plan_result=plan_result)
     except KvplanError as exc:

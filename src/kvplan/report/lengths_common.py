@@ -15,6 +15,15 @@ def sparkline(h: Histogram) -> str:
                    for c in h.counts)
 
 
+def tokens_cell(n: int, narrow: bool = False) -> str:
+    """A token count for a table cell: exact with separators, or, in a narrow terminal, millions
+    as ``8.92M`` so that seven numbers and the row's label fit in 80 columns (the exact value
+    is in --format json)."""
+    if narrow and n >= 1_000_000:
+        return f"{n / 1_000_000:,.2f}M" if n < 1_000_000_000 else f"{n / 1_000_000_000:,.2f}G"
+    return f"{n:,}"
+
+
 def pct(x: float) -> str:
     return f"{x * 100:.2f}%"
 

@@ -6,7 +6,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..workload.result import LengthsResult
-from .lengths_common import DIST_ROWS, counted_line, estimate_tag, more_issues_line, pct, records_line, sparkline
+from .lengths_common import (DIST_ROWS, counted_line, estimate_tag, more_issues_line, pct, records_line, sparkline,
+                             tokens_cell)
 
 
 def render_table(r: LengthsResult, console: Console | None = None) -> None:
@@ -42,8 +43,8 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
     for label, key in DIST_ROWS:
         p = getattr(r, key)
         if p.count:
-            t.add_row(label, f"{p.count:,}", *(() if narrow else (f"{p.mean:,.0f}",)),
-                      *(f"{getattr(p, k):,}" for k in ("p50", "p90", "p95", "p99", "p999", "max")))
+            t.add_row(label, tokens_cell(p.count, narrow), *(() if narrow else (f"{p.mean:,.0f}",)),
+                      *(tokens_cell(getattr(p, k), narrow) for k in ("p50", "p90", "p95", "p99", "p999", "max")))
     con.print(t)
     for name, label in (("prompt_tokens", "prompt tokens"), ("total_tokens", "prompt + budget")):
         h = r.histograms.get(name)
@@ -96,7 +97,7 @@ def render_table(r: LengthsResult, console: Console | None = None) -> None:
     if r.block_waste:
         w = Table(title="block-size waste (internal fragmentation at final length)")
         for col in ("block size", "mean allocated", "mean wasted", "share", "per request", "GiB/GPU at full cache"):
-            w.add_column(col, justify="right")
+            w.add_column(col, justify="right", no_wrap=not col.startswith(("mean", "GiB")))
         for row in r.block_waste:
             w.add_row(str(row.block_size), f"{row.mean_allocated_tokens:,.1f}", f"{row.mean_waste_tokens:,.1f}",
                       pct(row.waste_share),

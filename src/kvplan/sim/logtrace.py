@@ -4,13 +4,14 @@
 works here too.
 
 Prompt tokens: the server-reported ``usage`` when the record has it, else the tokenizer (as
-``kvplan lengths`` counts them), else a labelled estimate only when asked (``estimate=True``).
+``kvplan lengths`` counts them), else the one rule's labelled estimate
+(kvplan.workload.analysis.estimator_for; ``estimate=False`` skips them instead).
 Output tokens: ``usage.completion_tokens``, else the record's ``max_tokens``, else ``max_tokens``.
 Arrivals: the log's timestamps (replay) unless ``rate`` is given. Conversations (a session field,
 or chat requests whose message list extends an earlier request's) share a prefix: the earlier
 turn's prompt and answer, which vLLM's prefix cache serves; requests that open with the same
 system message share it across conversations (``root_id``) when its length can be counted: with
-the tokenizer, or with ``estimate=True`` (kept 16 tokens short); from ``usage`` alone it is unknown
+the tokenizer, or with the estimate (kept 16 tokens short); from ``usage`` alone it is unknown
 and conversations then share nothing across each other.
 """
 from __future__ import annotations
@@ -60,22 +61,23 @@ def _system_prompt(r, counter, memo: dict) -> tuple[Optional[str], int]:
 
 def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optional[float] = None,
                    arrival: str = "poisson", seed: int = 0, num_requests: Optional[int] = None,
-                   max_tokens: Optional[int] = None, estimate: bool = False, speed: float = 1.0) -> Trace:
+                   max_tokens: Optional[int] = None, estimate: Optional[bool] = None, speed: float = 1.0) -> Trace:
     """Requests of ``paths`` (a path or a list). ``tokenizer``: a :class:`ChatTokenizer`, a model
     folder / tokenizer.json / ``pkg:NAME`` spec, or None. Records that cannot become a request
     are counted in ``Trace.skipped`` by reason (never dropped silently)."""
-    from ..workload.analysis import LengthsOptions, _Book, count_batch, iter_requests
+    from ..workload.analysis import LengthsOptions, _Book, count_batch, estimator_for, iter_requests
     from ..workload.issues import RecordError
     from ..workload.sources import expand_paths
-    from ..workload.tokenizer import ChatTokenizer, Estimator
+    from ..workload.tokenizer import ChatTokenizer
 
     if isinstance(paths, str):
         paths = [paths]
     if rate is not None and not rate > 0:
         raise UsageError(f"--rate must be positive, got {rate}")
     tok = ChatTokenizer.from_path(tokenizer) if isinstance(tokenizer, str) else tokenizer
-    est = Estimator() if tok is None and estimate else None
+    est = estimator_for(tok, estimate)
     opts = LengthsOptions(estimate=est is not None)
+    counted_by: dict[str, int] = {}
     book = _Book(opts)
     skipped: dict[str, int] = {}
     rows: list[tuple[Any, int, int]] = []
@@ -92,9 +94,10 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
                 skipped["no_output_length"] = skipped.get("no_output_length", 0) + 1
                 continue
             rows.append((r, int(c[0]), max(1, int(out))))
+            counted_by[c[1]] = counted_by.get(c[1], 0) + 1
         batch.clear()
 
-    for rid, r in iter_requests(expand_paths(list(paths)), opts, book):
+    for rid, r in iter_requests(expand_paths(list(paths), require_existing=True), opts, book):
         batch.append((rid, r))
         if len(batch) >= BATCH:
             flush()
@@ -140,6 +143,11 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
             last[key] = (p, o, nmsg)
         reqs.append(SimRequest(t, p, o, pid, ptok, root_id=root_id, root_tokens=min(root_tokens, max(0, p - 1))))
     reqs.sort(key=lambda x: x.arrival_s)
-    counted = "usage/tokenizer" if est is None else "usage/estimate"
-    return Trace(tuple(reqs), f"{', '.join(map(str, paths))}: {len(reqs)} requests, {how}, lengths from {counted}",
-                 tuple(sorted(skipped.items())))
+    if num_requests is not None:  # the counts of the requests kept
+        counted_by = {}
+        for r, _, _ in rows:
+            source = "usage" if r.prompt_tokens is not None else "tokenizer" if tok is not None else "estimate"
+            counted_by[source] = counted_by.get(source, 0) + 1
+    counted = ", ".join(f"{k} {v:,}" for k, v in sorted(counted_by.items()))
+    return Trace(tuple(reqs), f"{', '.join(map(str, paths))}: {len(reqs):,} requests, {how}, prompt tokens counted by "
+                 f"{counted}", tuple(sorted(skipped.items())))

@@ -48,7 +48,7 @@ _SIM_BOOL_FLAGS = {"--no-enable-prefix-caching", "--no-async-scheduling", "--ign
 _LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp", "--max-tokens", "--percentile",
                         "-p", "--block-size", "--input-format", "--container", "--session-field",
                         "--timestamp-field", "--duration-field"}
-_LENGTHS_BOOL_FLAGS = {"--estimate"}
+_LENGTHS_BOOL_FLAGS = {"--estimate", "--no-estimate"}
 
 ALLOWED = {
     "plan": (_PLAN_VALUE_FLAGS | _SERVE_FLAG_VALUES, _PLAN_BOOL_FLAGS | _SERVE_FLAG_BOOLS),

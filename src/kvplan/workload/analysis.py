@@ -30,7 +30,8 @@ class LengthsOptions:
     max_tokens: Optional[int] = None  # the output budget to plan for; overrides the requests' own
     input_format: str = "auto"  # record shape (see shapes.SHAPES)
     container: str = "auto"  # jsonl | json | csv | log
-    estimate: bool = False  # count by characters per token when no tokenizer can
+    #: None: the one rule (estimator_for); False: never estimate, skip (no_tokenizer); True: estimate
+    estimate: Optional[bool] = None
     strict: bool = False
     fields: FieldNames = field(default_factory=FieldNames)
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -39,6 +40,8 @@ class LengthsOptions:
     max_open_sessions: int = 200_000
     max_issues: int = 50
     vllm_window: int = 4096
+    #: the max_model_len the history limit is for (preflight: the plan's); None: the recommended one
+    history_max_model_len: Optional[int] = None
 
     def validate(self) -> None:
         from ..errors import UsageError
@@ -178,12 +181,22 @@ def _log_wrapper(value: Any) -> Optional[str]:
     return None
 
 
+def estimator_for(tokenizer: Optional[ChatTokenizer], estimate: Optional[bool] = None) -> Optional[Estimator]:
+    """THE rule for a prompt without a server-reported count, in every command that reads requests
+    (lengths, plan --requests, preflight, doctor --requests, simulate / tune --requests, the page):
+    the model's tokenizer counts it; without one it is estimated from characters per token and
+    labelled (``counted_by["estimate"]``, an ESTIMATE note), unless estimating is turned off
+    (``--no-estimate``: ``estimate=False``), which skips it with the reason ``no_tokenizer``."""
+    return Estimator() if tokenizer is None and estimate is not False else None
+
+
 def no_tokenizer_hint(model: Optional[str]) -> str:
-    """What to give when a prompt needs a tokenizer: never --model when --model was given."""
+    """What to give when a prompt needs a tokenizer (estimating is off): never --model when
+    --model was given."""
     if model:
         return (f"the tokenizer of --model {model} was not found (no local folder, Hugging Face cache entry or "
-                "hub access): give --tokenizer DIR or --estimate")
-    return "the model's tokenizer (--tokenizer DIR, --model ID) or --estimate"
+                "hub access): give --tokenizer DIR, or leave out --no-estimate")
+    return "the model's tokenizer (--tokenizer DIR, --model ID), or leave out --no-estimate"
 
 
 def count_batch(batch: list[tuple[int, Request]], tok: Optional[ChatTokenizer], est: Optional[Estimator],
@@ -254,14 +267,14 @@ def analyze_lengths(paths: list[str], tokenizer: Optional[ChatTokenizer] = None,
     """Read the logs and return a :class:`~kvplan.workload.result.LengthsResult`.
 
     ``tokenizer``: the model's :class:`ChatTokenizer` (exact counts), or None (server-reported
-    usage only, plus ``options.estimate``). ``plan``: a PlanResult whose KV bytes per token turn
+    usage, then the estimate of :func:`estimator_for`). ``plan``: a PlanResult whose KV bytes per token turn
     block-size waste into bytes. Raises StrictModeError under ``options.strict``.
     """
     options.validate()
     files = expand_paths(list(paths))
     book = _Book(options)
     acc = Accumulator(options.history_sample, options.max_open_sessions)
-    est = Estimator() if options.estimate and tokenizer is None else None
+    est = estimator_for(tokenizer, options.estimate)
     batch: list[tuple[int, Request]] = []
 
     def flush() -> None:

@@ -82,6 +82,21 @@ def _candidate_lengths(total: Dist, rec: Optional[int], block: int) -> list[tupl
     return [(L, "/".join(v)) for L, v in sorted(labels.items()) if L > 0]
 
 
+def _plan_note(plan) -> Optional[str]:
+    """Why the block-waste GiB column is empty: the plan behind it does not start."""
+    if plan is None or plan.startup.ok:
+        return None
+    why = (plan.startup.error or plan.startup.error_kind or "it does not start").split(". ")[0]
+    fit = plan.startup.fits_with
+    layout = (f"; it starts with TP {fit.tensor_parallel_size} × PP {fit.pipeline_parallel_size} "
+              f"(--tensor-parallel-size {fit.tensor_parallel_size}" + (f" and PP {fit.pipeline_parallel_size}"
+                                                                       if fit.pipeline_parallel_size > 1 else "") + ")"
+              if fit is not None and fit.found else "")
+    return (f"Block waste per GPU at full cache: none, the plan for {plan.model.id} on {plan.flags.gpu} "
+            f"(TP {plan.parallel.tensor_parallel_size}) does not start ({why}){layout}; give --gpu and "
+            "--tensor-parallel-size for the deployment.")
+
+
 def _block_waste(final: Dist, plan) -> tuple[BlockWasteRow, ...]:
     rows = []
     if not final.count:
@@ -94,7 +109,8 @@ def _block_waste(final: Dist, plan) -> tuple[BlockWasteRow, ...]:
         per_req = gib_full = None
         if plan is not None:
             per_req = int(round(waste * plan.kv.bytes_per_token_total))
-            gib_full = round(share * plan.kv.num_gpu_blocks * plan.kv.bytes_per_block / GIB, 4)
+            if plan.startup.ok:  # a plan that does not start has no cache to fill (_plan_note says why)
+                gib_full = round(share * plan.kv.num_gpu_blocks * plan.kv.bytes_per_block / GIB, 4)
         rows.append(BlockWasteRow(B, round(mean_len, 2), round(alloc, 2), round(waste, 2), round(share, 6), per_req,
                                   gib_full))
     return tuple(rows)
@@ -133,7 +149,9 @@ def _history(acc: Accumulator, L: int, pct: float, tok, est, budget: Optional[in
                                 tools=r.tools, max_turns=H, **(r.template_kwargs or {}))
             fit += res.fits
             hopeless += (not res.fits and res.kept_turns == 1)
-        check = (f" Checked with the real template on the {len(over):,} multi-turn requests above {L:,} tokens: "
+        how = ("with the real template" if tok is not None else
+               "with the character estimate (no tokenizer, so no chat template: approximate)")
+        check = (f" Checked {how} on the {len(over):,} multi-turn requests above {L:,} tokens: "
                  f"{fit:,} fit once trimmed to their last {H} turn(s)"
                  + (f"; {hopeless:,} do not fit even with their last turn alone" if hopeless else "") + ".")
     elif over:
@@ -194,15 +212,19 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
             mt_reason += (f" CAPPED: {mt_capped:,} is not below the model's limit ({limit:,}): recommended "
                           f"{rec_mt:,}, which leaves a block for the prompt.")
     budget_for_history = opts.max_tokens or rec_mt
-    if not rec_len:
+    # the history limit is for the deployment's max_model_len when the caller has one (preflight's
+    # plan), else for the recommended one: one length per report
+    hist_len = opts.history_max_model_len or rec_len
+    if not hist_len:
         history_turns, history_reason = None, "no max_model_len."
     elif len(acc.turns) < 2:
         history_turns, history_reason = None, "no multi-turn conversations in the log."
     else:
-        history_turns, history_reason = _history(acc, rec_len, pct, tok, est, budget_for_history)
-    history_tokens = rec_len - budget_for_history if rec_len and budget_for_history and rec_len > budget_for_history else None
+        history_turns, history_reason = _history(acc, hist_len, pct, tok, est, budget_for_history)
+    history_tokens = (hist_len - budget_for_history if hist_len and budget_for_history and hist_len > budget_for_history
+                      else None)
     if history_tokens is not None:
-        history_reason += (f" In tokens: keep at most {history_tokens:,} prompt tokens (max_model_len {rec_len:,} − "
+        history_reason += (f" In tokens: keep at most {history_tokens:,} prompt tokens (max_model_len {hist_len:,} − "
                            f"max_tokens {budget_for_history:,}).")
     per_turn = []
     for k in sorted(acc.turns):
@@ -227,12 +249,16 @@ def finalize(acc: Accumulator, book, files: list[str], tok, est, opts, plan, mod
     if acc.server_prompts >= 50 and n >= max(3, acc.server_prompts * 0.02):
         notes.append(f"{n:,} vLLM-logged prompts have exactly {top:,} token ids, the longest seen: vLLM's --max-log-len "
                      "probably cut them, so their true length is unknown (higher).")
+    plan_note = _plan_note(plan)
+    if plan_note:
+        notes.append(plan_note)
     counted = dict(acc.counted_by)
     estimated = bool(counted.get("estimate") or acc.output_counted_by.get("estimate"))
     if estimated:
         n_est = counted.get("estimate", 0)
         notes.insert(0, f"ESTIMATE: {n_est:,} of {sum(counted.values()):,} prompts were counted by characters per token "
-                        "(--estimate), not by the model's tokenizer: those counts are approximate.")
+                        "(no tokenizer; --no-estimate skips them instead), not by the model's tokenizer: those counts "
+                        "are approximate.")
     rec = Recommendation(pct, B, rec_len, len_reason, rec_mt, mt_reason, history_turns, history_tokens, history_reason,
                          model_limit=limit, max_model_len_capped_from=len_capped, max_tokens_capped_from=mt_capped,
                          outliers=outliers, outliers_reason=outliers_reason)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from .._json import dumps_line, dumps_report, finite
-from ..errors import UsageError
+from ..errors import UsageError, file_not_found
 
 PathLike = Union[str, os.PathLike]
 
@@ -105,7 +105,7 @@ def load_result(path: PathLike, hint: Optional[str] = None) -> dict:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise file_not_found(path) from None
     except OSError as exc:
         if hint is None:
             raise UsageError(f"{path}: not a readable result JSON ({exc})") from None
@@ -159,7 +159,7 @@ def iter_records(path: Path) -> Iterable[tuple[int, dict]]:
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115 - `with f` below closes it; opening errors are named first
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise file_not_found(path) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with f:

@@ -88,23 +88,37 @@ def _first(obj: dict, names, explicit: Optional[str]) -> tuple[Optional[str], An
     return None, None
 
 
+#: no model serves a longer context (Llama 4 Scout's 10M tokens is the longest published): a token
+#: count above it is a logging or unit error, and one such record would set every percentile
+MAX_PLAUSIBLE_TOKENS = 10_000_000
+
+
 def _int(value: Any, field: str, allow_none: bool = True) -> Optional[int]:
+    """A token count from a record: a non-negative integer no longer than any model's context."""
     if value is None or value == "":
         if allow_none:
             return None
         raise RecordError("wrong_type", f"{field} is missing")
     if isinstance(value, bool):
         raise RecordError("wrong_type", f"{field} must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        value = int(value)
+    # isdigit() alone accepts "¹" and other Unicode digits that int() refuses: ASCII only.
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
     if isinstance(value, int):
         if value < 0:
             raise RecordError("wrong_type", f"{field} must not be negative, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    # isdigit() alone accepts "¹" and other Unicode digits that int() refuses: ASCII only.
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value.strip())
+        return plausible_tokens(value, field)
     raise RecordError("wrong_type", f"{field} must be an integer, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def plausible_tokens(value: Optional[int], field: str) -> Optional[int]:
+    """``value``, or a RecordError ("implausible_length") when no model could serve it."""
+    if value is not None and value > MAX_PLAUSIBLE_TOKENS:
+        raise RecordError("implausible_length", f"{field} {value:,} is above {MAX_PLAUSIBLE_TOKENS:,} tokens, longer "
+                          "than any model's context: a logging or unit error, left out of every count")
+    return value
 
 
 def parse_time(value: Any, field: str = "timestamp") -> Optional[float]:
@@ -424,6 +438,7 @@ def from_vllm_entry(entry: dict, names: FieldNames = FieldNames()) -> list[Reque
         if max_tokens is None:
             max_tokens = _max_tokens(body)
     out_ids = entry.get("output_token_count")
+    plausible_tokens(max_tokens, "max_tokens")
     return [Request(file=file, line=line, shape="vllm-log", messages=messages, tools=tools, template_kwargs=kwargs,
                     prompt=prompt, add_special_tokens=False, max_tokens=max_tokens,
                     prompt_tokens=ids, output_tokens=out_ids, output_text=entry.get("output"),

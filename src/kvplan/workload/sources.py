@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from ..errors import UsageError
+from ..errors import UsageError, file_not_found
 from .issues import Issue
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20  # one request of ~10M characters; a bound, not a target
@@ -43,10 +43,11 @@ class Item:
     issue: Optional[Issue] = None
 
 
-def expand_paths(patterns: list[str]) -> list[str]:
+def expand_paths(patterns: list[str], require_existing: bool = False) -> list[str]:
     """Expand globs (sorted, for reproducible output). A glob that matches nothing is a usage
-    error; a plain path that does not exist is kept and reported by the reader, so one missing
-    file among many does not stop the run."""
+    error (errors.file_not_found); a plain path that does not exist is one too with
+    ``require_existing`` (the commands: one rule), else it is kept and reported by the reader as a
+    file-level issue (the library: one missing file among many does not stop the run)."""
     if not patterns:
         raise UsageError("give at least one FILE (or - for stdin)")
     out: list[str] = []
@@ -54,9 +55,11 @@ def expand_paths(patterns: list[str]) -> list[str]:
         if pat != "-" and glob.has_magic(pat) and not os.path.exists(pat):
             found = sorted(glob.glob(pat, recursive=True))
             if not found:
-                raise UsageError(f"{pat}: no file matches this pattern")
+                raise UsageError(f"file not found: {pat} (no file matches this pattern)")
             out.extend(found)
         else:
+            if require_existing and pat != "-" and not os.path.exists(pat):
+                raise file_not_found(pat)
             out.append(pat)
     return out
 

@@ -29,6 +29,7 @@ class TrimSummary:
     skipped: Counter = field(default_factory=Counter)
     issues: list = field(default_factory=list)
     failed_strict: bool = False
+    estimated: bool = False  # counted by characters per token (no tokenizer)
 
     def line(self) -> str:
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items())) or "none"
@@ -39,12 +40,17 @@ class TrimSummary:
             f"fit, {self.not_fitting:,} do not fit even with their last turn"
             + (f" ({self.no_room_for_output:,} of them reserve max_tokens >= the budget)" if self.no_room_for_output
                else "")
-            + f", {self.passed_through:,} without messages passed through; skipped: {skipped}")
+            + f", {self.passed_through:,} without messages passed through; skipped: {skipped}"
+            + ("\nkvplan trim: ESTIMATE: no tokenizer, so every count is characters per token, not the model's "
+               "tokenizer and chat template: a kept request can be a few percent over the budget; give --tokenizer "
+               "for exact counts" if self.estimated else ""))
 
 
 def run_trim(paths, tokenizer, budget: int, out: IO[str], reserve_output: Optional[int] = None,
              max_turns: Optional[int] = None, keep_system: bool = True, strict: bool = False) -> TrimSummary:
-    s = TrimSummary()
+    from .tokenizer import Estimator
+
+    s = TrimSummary(estimated=isinstance(tokenizer, Estimator))
 
     def bad(issue: Issue) -> bool:
         s.skipped[issue.reason] += 1
@@ -53,7 +59,7 @@ def run_trim(paths, tokenizer, budget: int, out: IO[str], reserve_output: Option
             s.failed_strict = True
         return strict
 
-    for item in read_items(expand_paths(list(paths)), container="jsonl"):
+    for item in read_items(expand_paths(list(paths), require_existing=True), container="jsonl"):
         if item.kind == "blank":
             continue
         if item.kind == "issue":
