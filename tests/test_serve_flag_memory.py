@@ -215,3 +215,20 @@ def test_serve_command_and_renderers_carry_the_flags():
     assert "| LoRA adapters |" in md and "| draft model |" in md and "Host memory per GPU worker" in md
     d = r.to_dict()
     assert d["memory"]["lora_gib"] > 0 and d["flags"]["speculative"]["method"] == "eagle3"
+
+
+def test_v0_does_not_charge_a_draft_model_and_runs_out_of_memory_when_it_does_not_fit():
+    """V0 0.6.5+ sizes the KV cache without the draft weights it holds (vLLM issue #9995, PR #14067):
+    a 7B draft at TP 4 beside Qwen2.5-32B at 0.9 of an A100-40GB leaves no room for them."""
+    from dataclasses import replace
+
+    cfg = replace(parse_speculative_config({"model": "Qwen/Qwen2.5-7B-Instruct", "num_speculative_tokens": 5}),
+                  draft=load_model("Qwen/Qwen2.5-7B-Instruct"))
+    kw = dict(spec=load_model("Qwen/Qwen2.5-32B-Instruct"), gpu="A100-40GB", tensor_parallel_size=4,
+              max_model_len=1000, speculative_config=cfg)
+    base = _plan("0.7.3", engine="v0", spec=kw["spec"], gpu="A100-40GB", tensor_parallel_size=4, max_model_len=1000)
+    r = _plan("0.7.3", engine="v0", gpu_memory_utilization=0.9, **kw)
+    assert r.memory.draft_weights_gib > 3  # on the GPU, in the breakdown ...
+    assert r.memory.available_kv_cache_gib == pytest.approx(base.memory.available_kv_cache_gib, abs=0.01)  # ... uncharged
+    assert r.startup.error_kind == "oom_uncharged"
+    assert _plan("0.7.3", engine="v0", gpu_memory_utilization=0.8, **kw).startup.ok

@@ -41,7 +41,8 @@ from .result import (
 from .semantics import VllmSemantics
 
 #: errors of vLLM's configuration checks: it stops before it profiles memory
-CONFIG_ERRORS = ("max_model_len_above_derived", "tp_heads", "block_size")
+CONFIG_ERRORS = ("max_model_len_above_derived", "tp_heads", "block_size", "lora_config", "speculative_config",
+                 "swap_space")
 
 Replan = Callable[..., PlanResult]  # plan(req, what_ifs=..., fit_search=...)
 

@@ -133,6 +133,10 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
                      f"workspace, which vLLM {sem.label} builds at TP {config.tensor_parallel_size} while it "
                      "profiles: three buffers, each rounded up to the driver's multicast granularity (512 MiB "
                      "assumed on NVSwitch GPUs). --enforce-eager (no compilation) leaves it out.")
+    if (budget.uncharged_bytes and config.device == "cuda" and not weights_oom
+            and budget.requested_bytes + budget.uncharged_bytes + budget.preexisting_bytes > gpu.memory_bytes):
+        errors.append(admission.uncharged_oom(budget.uncharged_bytes, budget.requested_bytes, budget.preexisting_bytes,
+                                              gpu.memory_bytes, sem.label))
     if budget.uncharged_bytes and source == "estimate":
         notes.append(f"vLLM {sem.label} (V0) does not charge {to_gib(budget.uncharged_bytes):.2f} GiB of LoRA / draft-model "
                      "weights to its KV budget (allocated after its weights are measured: vLLM issue #14450, PR #14067): "

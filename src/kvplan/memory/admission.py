@@ -125,6 +125,20 @@ def weights_do_not_fit(weights_bytes: int, total_bytes: int, preexisting_bytes: 
         "vLLM fails in load_model, before it profiles memory or sizes a KV cache."))
 
 
+def uncharged_oom(uncharged_bytes: int, requested_bytes: int, preexisting_bytes: int, total_bytes: int,
+                  label: str) -> StartupError:
+    """V0 (0.6.5+) sizes its KV cache to fill ``gpu_memory_utilization`` without charging LoRA buffers
+    or draft weights it allocated after measuring the model (VllmSemantics.v0_profile_skips_late_allocations):
+    when they do not fit in what the utilisation leaves free, allocating the cache (or the first steps
+    after it) runs out of memory (vLLM issues #8731, #9995)."""
+    gib = 1 << 30
+    return StartupError("oom_uncharged", (
+        f"torch.OutOfMemoryError: CUDA out of memory: vLLM {label} (V0) fills {requested_bytes / gib:.2f} GiB "
+        f"(gpu_memory_utilization x total) with weights, activations and KV cache without counting "
+        f"{uncharged_bytes / gib:.2f} GiB of LoRA / draft-model weights it already holds; with "
+        f"{preexisting_bytes / gib:.2f} GiB of CUDA context that is more than the GPU's {total_bytes / gib:.2f} GiB."))
+
+
 def largest_fitting_len(needed_for: Callable[[int], int], budget: int, upper: int) -> int:
     """vLLM's binary search: the largest L' in [1, upper] whose KV need fits the budget (0 if none)."""
     if needed_for(1) > budget:

@@ -24,6 +24,9 @@ NOT_A_GPU_COUNT_PROBLEM = {
     "max_model_len_above_derived": "the length is above the model's own limit: no number of GPUs changes that",
     "block_size": "the block size is refused whatever the layout",
     "free_memory": "other processes hold the GPU's memory: more GPUs of the same kind do not free it",
+    "lora_config": "vLLM refuses the LoRA flags themselves: no number of GPUs changes that",
+    "speculative_config": "vLLM refuses the --speculative-config itself: no number of GPUs changes that",
+    "swap_space": "the swap space is checked against the host's memory, not the GPUs'",
 }
 MAX_GPUS = 512
 RULE = ("TP first, then PP: the smallest TP that starts at PP 1 (TP divides the attention heads, splits or evenly "
