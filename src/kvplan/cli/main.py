@@ -104,6 +104,7 @@ def plan_cmd(
     cpu_offload_gb: pf.CpuOffloadGb = 0.0,
     swap_space: pf.SwapSpace = None,
     enable_chunked_prefill: pf.EnableChunkedPrefill = None,
+    host_memory: pf.HostMemory = None,
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "

@@ -80,6 +80,9 @@ CpuOffloadGb = Annotated[float, typer.Option(
     "--cpu-offload-gb", help="GiB of weights per GPU kept in pinned host memory (read over PCIe each step).")]
 SwapSpace = Annotated[Optional[float], typer.Option(
     "--swap-space", help="V0: GiB of CPU swap per GPU (default 4); checked against host memory up to vLLM 0.17.")]
+HostMemory = Annotated[Optional[str], typer.Option(
+    "--host-memory", help="The host's RAM (e.g. 512GiB): vLLM's swap-space check, and the host memory the "
+    "serve flags ask for against it.")]
 EnableChunkedPrefill = Annotated[Optional[bool], typer.Option(
     "--enable-chunked-prefill/--no-enable-chunked-prefill", help="vLLM's switch (default: the version's): without "
     "it a step holds a whole max-length prompt (V1 honours it from 0.12; V0 turns it on by itself above 32K).")]
@@ -96,7 +99,7 @@ def plan_flags_help() -> str:
                  BlockSize, EnforceEager, VllmVersion, Engine, KvCacheMemory, KvCacheMemoryBytes,
                  NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager, FlashinferSampler, EnableLora,
                  MaxLoras, MaxLoraRank, MaxCpuLoras, LoraDtype, SpeculativeConfig, CpuOffloadGb, SwapSpace,
-                 EnableChunkedPrefill):
+                 EnableChunkedPrefill, HostMemory):
         info = typing.get_args(decl)[1]
         # in Annotated form typer keeps the first name as ``default``, the others in ``param_decls``
         names = ", ".join(d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-"))
@@ -136,7 +139,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
                             num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
                             flashinfer_sampler=None, enable_lora=False, max_loras=1, max_lora_rank=16,
                             max_cpu_loras=None, lora_dtype="auto", speculative_config=None, cpu_offload_gb=0.0,
-                            swap_space=None, enable_chunked_prefill=None, log=None,
+                            swap_space=None, enable_chunked_prefill=None, host_memory=None, log=None,
                             given: Collection[str] = frozenset()):
     """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
     strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
@@ -240,6 +243,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         speculative_config=_speculative(pick("speculative_config", speculative_config), spec),
         cpu_offload_gb=float(pick("cpu_offload_gb", cpu_offload_gb) or 0.0), swap_space=pick("swap_space", swap_space),
         enable_chunked_prefill=pick("enable_chunked_prefill", enable_chunked_prefill),
+        host_memory_bytes=parse_size(host_memory, "--host-memory") if host_memory else None,
     )
     if log is not None and source == "log":
         per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
@@ -277,7 +281,7 @@ PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pi
              "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
              "gpus_per_node", "disable_hybrid_kv_cache_manager", "flashinfer_sampler", "enable_lora", "max_loras",
              "max_lora_rank", "max_cpu_loras", "lora_dtype", "speculative_config", "cpu_offload_gb", "swap_space",
-             "enable_chunked_prefill")
+             "enable_chunked_prefill", "host_memory")
 
 #: ``kvplan plan``'s parameters that shape its output, not the plan
 OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config", "strict")

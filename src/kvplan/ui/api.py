@@ -37,7 +37,7 @@ _PLAN_VALUE_FLAGS = {"--model", "-m", "--gpu", "--gpu-memory", "--device", "--te
 _PLAN_BOOL_FLAGS = {"--enforce-eager", "--disable-hybrid-kv-cache-manager"}
 #: plan's flags for LoRA, CPU offload, swap space and chunked prefill (kvplan.memory.lora / offload)
 _SERVE_FLAG_VALUES = {"--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--cpu-offload-gb",
-                      "--swap-space"}
+                      "--swap-space", "--host-memory"}
 _SERVE_FLAG_BOOLS = {"--enable-lora", "--enable-chunked-prefill", "--no-enable-chunked-prefill"}
 _SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--input-len", "--output-len",
                     "--arrival", "--seed", "--slo", "--long-prefill-token-threshold", "--timeline-interval",
