@@ -132,6 +132,7 @@ NO_FLASHINFER_WHAT_IF = {
 from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 import plan_accuracy_sweep as sweep  # noqa: E402
+from plan_accuracy_flags import flag_rows  # noqa: E402
 
 _INDEX_CASES, _INDEX_EXCLUDED, MEASURED_FROM_INDEX = index_cases()
 CASES += _INDEX_CASES
@@ -201,8 +202,11 @@ def run() -> list[dict]:
                      "model": r.model.id, "gpu_gib": round(g.memory_gib, 2), "tp": r.parallel.tensor_parallel_size,
                      "measured_gib": measured, "kvplan_gib": round(est, 2), "error_gib": round(err, 2),
                      "error_pct": round(err / base * 100, 2), "verdict_right": _verdict_right(r, log, text),
-                     "weights_gib": round(r.memory.weights_gib_per_gpu, 2), "log_weights_gib": log.model_loading_gib})
-    return rows + sweep_run()
+                     # what vLLM's "Model loading took" counts (the weights, and LoRA / drafter tensors
+                     # loaded with them): the weights alone on a log without those flags
+                     "weights_gib": round(r.memory.loaded_gib or r.memory.weights_gib_per_gpu, 2),
+                     "log_weights_gib": log.model_loading_gib})
+    return rows + sweep_run() + flag_rows()
 
 
 def sweep_run() -> list[dict]:
@@ -272,6 +276,10 @@ def main() -> None:
     flagged = [r for r in rows if r["set"] == "flags"]
     print("serve flags " + _summary(flagged) + "   (LoRA / speculative decoding / CPU offload logs, scored apart; "
           "nothing fitted to them)")
+    for r in flagged:
+        if "flag_effect_logged_gib" in r:
+            print(f"  {r['log'][:40]:40s} the flag's own effect on KV memory: vLLM {r['flag_effect_logged_gib']:+.2f} GiB, "
+                  f"kvplan {r['flag_effect_kvplan_gib']:+.2f} GiB (against the same server without it)")
     with_peer = [r for r in swept if r["peer_error_gib"] is not None]
     if with_peer:
         peer_abs = sorted(abs(r["peer_error_gib"]) for r in with_peer)

@@ -3,6 +3,9 @@ vLLM changes, by the sizes read from its source (kvplan.memory.lora, spec_decode
 below are written out from the tensor shapes in vLLM's code, not computed by the code under test)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from kvplan.errors import UsageError
@@ -232,3 +235,35 @@ def test_v0_does_not_charge_a_draft_model_and_runs_out_of_memory_when_it_does_no
     assert r.memory.available_kv_cache_gib == pytest.approx(base.memory.available_kv_cache_gib, abs=0.01)  # ... uncharged
     assert r.startup.error_kind == "oom_uncharged"
     assert _plan("0.7.3", engine="v0", gpu_memory_utilization=0.8, **kw).startup.ok
+
+
+def test_a_public_lora_log_loads_the_lora_tensors_with_the_weights_and_sizes_the_kv_cache():
+    """Fixture 302 (vLLM 0.8.2 V1, Llama-3.1-8B, --max-loras 2 --max-lora-rank 16 on a 40 GB A100):
+    "Model loading took 15.1749 GB" counts the LoRA tensors, and 148,096 tokens = 9,256 blocks."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory.startup_log import parse_startup_log
+
+    log = parse_startup_log((Path(__file__).parent / "fixtures" / "vllm_logs" /
+                             "302-llama31-8b-a100-40gb-v1-0.8.2-lora.log").read_text())
+    flags = dict(vllm_version=log.vllm_version, gpu_memory_utilization=log.gpu_memory_utilization)
+    lora = dict(enable_lora=True, max_loras=2, max_lora_rank=16, max_cpu_loras=12)
+    gpu = find_gpu("A100-SXM4-40GB")
+    r = plan(PlanRequest(load_model("meta-llama/Llama-3.1-8B-Instruct"), gpu, **flags, **lora), what_ifs=False)
+    bare = plan(PlanRequest(load_model("meta-llama/Llama-3.1-8B-Instruct"), gpu, **flags), what_ifs=False)
+    logged_kv = log.kv_cache_tokens // 16 * r.kv.bytes_per_block / GIB
+    assert abs(r.memory.loaded_gib - log.model_loading_gib) < 0.01
+    assert abs(r.memory.available_kv_cache_gib - logged_kv) < 0.05
+    assert bare.memory.available_kv_cache_gib - logged_kv > 0.15  # the LoRA term is what closes the gap
+
+
+def test_public_speculative_runs_kept_as_figures_are_scored_with_the_flags_own_effect():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from plan_accuracy_flags import FLAG_RUNS, flag_rows
+
+    rows = {r["log"]: r for r in flag_rows()}
+    assert set(rows) == {run["name"] for run in FLAG_RUNS} and all(r["set"] == "flags" for r in rows.values())
+    ngram = rows["vllm-lab:spec_ngram_ngram_r570_v018"]
+    assert ngram["flag_effect_logged_gib"] == ngram["flag_effect_kvplan_gib"] == 0  # n-gram at 8 seqs: nothing
+    eagle3 = rows["slo-lab:w1 q4b_eagle3"]
+    assert abs(eagle3["weights_gib"] - eagle3["log_weights_gib"]) < 0.02  # the derived EAGLE-3 head: 0.41 GiB
+    assert eagle3["flag_effect_kvplan_gib"] < eagle3["flag_effect_logged_gib"] < 0
