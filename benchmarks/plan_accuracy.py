@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 
 from kvplan.hardware import GIB, custom_gpu, find_gpu
+from dataclasses import replace
+
 from kvplan.memory import PlanRequest, plan
+from kvplan.memory.compare import compare_with_log
 from kvplan.memory.startup_log import parse_startup_log
 from kvplan.models import load_model, spec_from_config
 
@@ -302,10 +305,59 @@ def main() -> None:
     print("per version (validation logs):")
     for ver in sorted({r["vllm"] for r in val}, key=lambda v: tuple(int(x) for x in v.split("."))):
         print(f"  {ver:18s} " + _summary([r for r in val if r["vllm"] == ver]))
+    mla = measured_mla_rows()
+    print(f"\nmeasured mode on the MLA logs (their printed KV memory in; blocks must equal the log's): "
+          f"{sum(r['exact'] for r in mla)}/{len(mla)} exact")
+    for r in mla:
+        shown = r["log_blocks"] if r["log_blocks"] is not None else f"none at {r['block_size']}-token blocks"
+        print(f"  {r['log'][:52]:52s} vLLM {r['vllm']:6s} {r['gpu'][:16]:16s} block {r['block_size']:3d}  "
+              f"log {shown}  kvplan {r['kvplan_blocks']} (printed memory allows {r['range'][0]}..{r['range'][1]})  "
+              f"{'exact' if r['exact'] else 'WRONG'}")
     print("\nwhat if FlashInfer was not installed (--no-flashinfer-sampler; not scored, the environment is inferred):")
     for r in _no_flashinfer_what_if():
         print(f"  {r['log'][:52]:52s} vLLM KV {r['measured_gib']:6.2f}  kvplan {r['kvplan_gib']:6.2f}  "
               f"error {r['error_gib']:+6.2f}  verdict {'right' if r['verdict_right'] else 'WRONG'}  ({r['why']})")
+
+
+def measured_mla_rows() -> list[dict]:
+    """Measured mode on every MLA log: kvplan given the KV memory the log printed (per stage with PP)
+    must give the log's block count exactly. The printed memory is rounded to 0.01 GiB, so the blocks
+    it allows are a range; the log's own count is what its token line implies at kvplan's block
+    size (tokens / block size, an integer only at the right size), and it must lie in that range."""
+    rows = []
+    for prefix, model, gpu, version, engine, flags, family in CASES:
+        if "MLA" not in family or prefix in UNPREDICTABLE:
+            continue
+        path = next(LOGS.glob(prefix + "-*.log"))
+        log = parse_startup_log(path.read_text(), path.name)
+        g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
+        tp, pp = flags.get("tensor_parallel_size", 1), flags.get("pipeline_parallel_size", 1)
+        req = PlanRequest(_spec(model), g, vllm_version=version, engine=engine, **flags,
+                          kv_cache_memory_bytes=max(log.available_kv_bytes, 0), kv_memory_source="log",
+                          kv_cache_memory_per_stage=log.available_kv_per_stage(tp, pp))
+        r = compare_with_log(plan(req, what_ifs=False), req, log)
+        lo, hi = r.measured["num_gpu_blocks_range"]
+        implied = r.measured["num_gpu_blocks_implied"]
+        exact = implied is not None and lo <= implied <= hi and r.measured.get("tokens_match", True) \
+            and r.measured.get("concurrency_match", True)
+        rows.append({"log": path.name, "vllm": version, "gpu": g.name, "block_size": r.kv.block_size,
+                     "log_blocks": implied, "kvplan_blocks": r.kv.num_gpu_blocks, "range": (lo, hi), "exact": exact})
+    for run_row in sweep.sweep_rows():
+        spec = sweep.spec_for(run_row)
+        if spec is None or not spec.is_mla:
+            continue
+        req = sweep.plan_request(run_row, spec)
+        half = int(0.005 * GIB)
+        kv = int(run_row["kv_cache_memory_min_gib"] * GIB)
+        r = plan(replace(req, kv_cache_memory_bytes=kv, kv_memory_source="log"), what_ifs=False)
+        bs, bpb = r.kv.block_size, r.kv.bytes_per_block
+        lo, hi = (kv - half) // bpb, (kv + half) // bpb
+        tokens = int(run_row["kv_cache_tokens"])  # 0.19.0 prints num_blocks // groups x block size
+        implied = tokens // bs if tokens % bs == 0 else None
+        rows.append({"log": f"planner:{run_row['log_file'].removesuffix('.log')}", "vllm": run_row["vllm_version"],
+                     "gpu": req.gpu.name, "block_size": bs, "log_blocks": implied, "kvplan_blocks": r.kv.num_gpu_blocks,
+                     "range": (lo, hi), "exact": implied is not None and lo <= implied <= hi})
+    return rows
 
 
 def _no_flashinfer_what_if() -> list[dict]:

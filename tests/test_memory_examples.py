@@ -44,8 +44,12 @@ def test_deepseek_v3_fp8_and_ds_mla():
     assert fp8.kv.bytes_per_token_per_gpu == 35_136
     assert fp8.kv.block_size == 64  # fp8 KV rules out FA-MLA: FlashMLA's 64
     assert run_plan(DEEPSEEK_V3, "B200", tensor_parallel_size=8, kv_cache_memory_bytes=40 * GIB).kv.block_size == 32
+    # 0.18+ take the backend's preferred size: FLASH_ATTN_MLA's 16 on Hopper (read in 0.18.0, 0.19.0,
+    # 0.21.0); 0.8-0.17 forced FlashMLA's 64 there (platforms/cuda.py check_and_update_config)
     assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_memory_bytes=40 * GIB,
-                    vllm_version="0.21").kv.block_size == 64
+                    vllm_version="0.21").kv.block_size == 16
+    assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_memory_bytes=40 * GIB,
+                    vllm_version="0.17").kv.block_size == 64
     assert run_plan(DEEPSEEK_V3, "H200", tensor_parallel_size=8, kv_cache_dtype="fp8_ds_mla",
                     kv_cache_memory_bytes=40 * GIB).kv.bytes_per_token_per_gpu == 40_016
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from ..errors import UsageError
 from ..hardware import GIB, Gpu
-from ..models.spec import LinearAttentionState, ModelSpec
+from ..models.spec import LinearAttentionState, MLAttention, ModelSpec
 from .admission import StartupError, max_model_len_above_derived
 from .kv_specs import KVDtype
 from .semantics import VllmSemantics
@@ -158,27 +158,19 @@ def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
 
 def default_block_size(spec: ModelSpec, gpu: Gpu, device: str, sem: VllmSemantics,
                        kv_dtype: str = "auto") -> int:
-    """``Platform.update_block_size_for_backend``: 16 on CUDA. For MLA the backend decides:
-    0.33 picks FLASH_ATTN_MLA (16) on Hopper unless the KV cache is fp8 (then FlashMLA, 64),
-    FLASHINFER_MLA (32) on Blackwell and TRITON_MLA (16) elsewhere; 0.8–0.32 preferred FlashMLA
-    (64) on Hopper and CUTLASS MLA (128) on Blackwell. The CPU backend prefers 128 (16 for MLA).
-    A GPU of unknown architecture (--gpu-memory) gets the portable Triton backend's 16."""
+    """``Platform.update_block_size_for_backend``: 16 on CUDA. For MLA the backend decides, per
+    version and compute capability (:meth:`VllmSemantics.mla_block_size`: FlashMLA's 64 on Hopper
+    from 0.8 to 0.17, FLASH_ATTN_MLA's 16 there from 0.18 unless the KV cache is fp8, 128 / 64 / 32
+    on Blackwell). The CPU backend prefers 128 (16 for MLA). A GPU of unknown architecture
+    (--gpu-memory) gets the portable Triton backend's 16."""
     if device == "cpu":
         return 16 if spec.is_mla else sem.cpu_block_size
-    if not (spec.is_mla and sem.engine == "V1" and gpu.sm is not None):
+    if not spec.is_mla or gpu.sm is None:
         return 16
-    if any(getattr(l.mixer, "indexer_bytes_per_token", 0) for l in spec.layers):
+    mla = next(l.mixer for l in spec.layers if isinstance(l.mixer, MLAttention))
+    if mla.indexer_bytes_per_token:
         return 64  # DeepSeek-V3.2 (0.11+): the sparse MLA backends (FlashMLA sparse) take 64-token blocks
-    major = gpu.sm // 10
-    if sem.mla_block_size_by_arch_033:
-        if major == 10:
-            return 32
-        if major == 9:
-            return 64 if kv_dtype.startswith("fp8") else 16
-        return 16
-    if major == 10:
-        return 128
-    return 64 if major == 9 else 16
+    return sem.mla_block_size(gpu.sm, kv_dtype, mla.qk_nope_head_dim)
 
 
 def align_hybrid_block_size(spec: ModelSpec, block_size: int, attn_token_bytes: int,

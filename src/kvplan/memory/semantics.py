@@ -461,10 +461,39 @@ class VllmSemantics:
         """The CPU backend's default block size for non-MLA models: 128 from 0.12, 16 before."""
         return 128 if self.version >= (0, 12) else 16
 
-    @property
-    def mla_block_size_by_arch_033(self) -> bool:
-        """0.33+: MLA block sizes per architecture (SM 10.x: 32; SM 9.x: 64 for fp8 KV, else 16)."""
-        return self.version >= (0, 33)
+    def mla_block_size(self, sm: int, kv_cache_dtype: str, qk_nope_head_dim: int) -> int:
+        """The KV block size of the MLA backend vLLM picks on CUDA compute capability ``sm`` (no
+        ``--block-size``, dense MLA), read in the wheels' ``platforms/cuda.py`` and backends:
+
+        * before 0.8: 16 (no FlashMLA; 0.7.3 has no block-size rule for MLA);
+        * 0.8-0.17: ``check_and_update_config`` forces FlashMLA's 64 on Hopper (``is_flashmla_supported``:
+          major 9), for V0 and V1 alike (0.8.5, 0.9.2, 0.10.1.1, 0.11.0, 0.12.0-0.17.0). Blackwell:
+          CUTLASS MLA's 128 from 0.10.1 (0.9.2: none; 0.10.1.1-0.12.0 ``is_device_capability(100)``, 10.0
+          only; 0.13+ the SM100 family), and from 0.15 (read in 0.15.1-0.17.0) FlashInfer MLA, forced to
+          64 from the default 16, when ``qk_nope_head_dim == 128`` (its kernel's constraint);
+        * 0.18+: the block size follows the backend's preferred size (``Platform.
+          update_block_size_for_backend``: 16 if supported, else its smallest) and the backend the
+          priority list of ``_get_backend_priorities`` (read in 0.18.0, 0.19.0, 0.33.0): on Hopper
+          FLASH_ATTN_MLA (``MultipleOf(16)`` -> 16; bf16/fp16 KV only, so an fp8 KV cache takes FlashMLA,
+          64), on Blackwell FLASHINFER_MLA ([32, 64] -> 32; ``qk_nope_head_dim`` 64 or 128) else
+          CUTLASS_MLA (128), elsewhere TRITON_MLA (16). The DeepSeek-V2-Lite and Kimi-VL runs of
+          llm-d-planner's 0.19.0 H100 sweep print token counts that only 16-token blocks give.
+        Elsewhere (Ampere, Ada, Blackwell before 0.10.1) Triton MLA: 16."""
+        v, major = self.version, sm // 10
+        if v < (0, 8):
+            return 16
+        if v >= (0, 18):
+            if major == 9:
+                return 64 if kv_cache_dtype.startswith("fp8") else 16
+            if major == 10:
+                return 32 if qk_nope_head_dim in (64, 128) else 128
+            return 16
+        if major == 9:
+            return 64
+        blackwell = sm == 100 if v < (0, 13) else major == 10
+        if blackwell and v >= (0, 10, 1):
+            return 64 if v >= (0, 15) and qk_nope_head_dim == 128 else 128
+        return 16
 
     # -- LoRA, speculative decoding, CPU offload, swap space, chunked prefill (memory/lora.py,
     #    spec_decode.py, offload.py) -------------------------------------------------------------
