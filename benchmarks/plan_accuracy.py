@@ -228,8 +228,9 @@ def sweep_run() -> list[dict]:
         # figure is larger with PP: the last stage also runs the sampler)
         est, measured = r.memory.available_kv_cache_gib, run_row["kv_cache_memory_min_gib"]
         peer = run_row["peer_pred_kv_cache_memory_gib"]
+        kind = "sweep-dev" if run_row["log_file"] in sweep.DEV_RUNS else "sweep"
         rows.append({"log": name, "vllm": run_row["vllm_version"], "family": sweep.family(spec, run_row["quantization"]),
-                     "set": "sweep", "excluded_because": None, "model": run_row["model"],
+                     "set": kind, "excluded_because": None, "model": run_row["model"],
                      "gpu_gib": round(req.gpu.memory_gib, 2), "tp": run_row["tp"], "measured_gib": measured,
                      "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
                      "error_pct": round((est - measured) / measured * 100, 2), "verdict_right": bool(r.startup.ok),
@@ -264,18 +265,21 @@ def main() -> None:
         if r["set"] == "not expressed":
             continue
         lw = f"{r['log_weights_gib']:.2f}" if r["log_weights_gib"] else "-"
-        print(f"{r['log'][:52]:52s} {r['set'][:4]:4s} {r['vllm']:6s} {r['family'][:13]:13s} {r['tp']:2d} {r['gpu_gib']:6.2f} "
+        print(f"{r['log'][:52]:52s} {('dev' if 'dev' in r['set'] else r['set'])[:4]:4s} {r['vllm']:6s} {r['family'][:13]:13s} {r['tp']:2d} {r['gpu_gib']:6.2f} "
               f"{r['measured_gib']:8.2f} {r['kvplan_gib']:8.2f} {r['error_gib']:+7.2f} {r['error_pct']:+7.1f} "
               f"{'right' if r['verdict_right'] else 'WRONG':>7s} {r['weights_gib']:8.2f} {lw:>7s}")
     val = [r for r in rows if r["set"] in ("validation", "sweep")]
-    dev = [r for r in rows if r["set"] == "dev"]
+    dev = [r for r in rows if r["set"] in ("dev", "sweep-dev")]
     swept = [r for r in rows if r["set"] == "sweep"]
-    scored = [r for r in rows if r["set"] in ("validation", "sweep", "dev")]
+    scored = val + dev
     print("\nall         " + _summary(scored))
     print("validation  " + _summary(val) + "   (logs nothing was fitted to: the threads' logs and the sweep)")
     print("  threads   " + _summary([r for r in val if r["set"] == "validation"]))
     print("  sweep     " + _summary(swept) + f"   (llm-d-planner's H100 runs, {sweep.SOURCE})")
     print("dev set     " + _summary(dev) + "   (the non-torch constants were fitted to these)")
+    print("  threads   " + _summary([r for r in dev if r["set"] == "dev"]) + "   (0.10.1.1 A100 server logs 25-30)")
+    print("  sweep     " + _summary([r for r in dev if r["set"] == "sweep-dev"])
+          + "   (llm-d-planner 0.19.0: Qwen2.5-7B and Llama-3.1-8B at TP 1/2/4, the non-torch growth's per-TP fit)")
     flagged = [r for r in rows if r["set"] == "flags"]
     print("serve flags " + _summary(flagged) + "   (LoRA / speculative decoding / CPU offload logs, scored apart; "
           "nothing fitted to them)")

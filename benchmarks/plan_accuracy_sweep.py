@@ -1,7 +1,8 @@
 """plan_accuracy cases from llm-d-planner's own sweeps on one H100 80GB
 (benchmarks/data/llm_d_planner_h100.csv, rebuilt by scripts/build_planner_sweep.py; Apache-2.0):
 59 vLLM 0.19.0 runs checked against each run's log, and their Qwen3-14B version sweep (0.15.0-0.18.0,
-their parser's figures; the logs are not published). Validation only: nothing in kvplan is fitted to them.
+their parser's figures; the logs are not published). Validation, except the six DEV_RUNS the non-torch
+growth of 0.18-0.21 is fitted to (kvplan.memory.budget.PROFILE_NON_TORCH_GROWTH_BYTES).
 
 The peer (the best-scoring one the issue names) published these runs and its own prediction of each,
 so they are scored side by side: kvplan's error and llm-d-planner's on the same run.
@@ -90,6 +91,18 @@ CONFIGS = {
         "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": False},
 }
 CONFIGS["ibm-granite/granite-3.3-8b-instruct"] = CONFIGS["ibm-granite/granite-3.1-8b-instruct"]
+
+#: The six runs that are DEVELOPMENT data, not validation: kvplan's non-torch growth while profiling
+#: (memory/budget.py PROFILE_NON_TORCH_GROWTH_BYTES, per TP) is fitted to their printed figures.
+#: Every other run of the sweep stays validation.
+DEV_RUNS = frozenset({
+    "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192.log",
+    "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192.log",
+    "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192.log",
+    "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log",
+    "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192.log",
+    "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192.log",
+})
 
 #: runs not scored, with why (kvplan cannot build these models' towers from a recalled config)
 NOT_EXPRESSED = {

@@ -13,10 +13,13 @@ from typing import Callable, Optional
 
 from . import admission
 from ._resolve import ResolvedConfig
-from .budget import BudgetTerms, estimate_budget
+from .budget import PROFILE_GROWTH_FITTED_ON, BudgetTerms, estimate_budget
 from .grouping import KVLayout
 from .kv_specs import SizingContext
 from .result import CapacityRow, to_gib
+
+#: smaller unmodelled terms are not worth a note
+MIN_UNMODELLED_BYTES = 50 << 20
 
 LADDER = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 
@@ -142,6 +145,15 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
                      "weights to its KV budget (allocated after its weights are measured: vLLM issue #14450, PR #14067): "
                      "the KV cache is sized as if they were not there, so they must fit in the memory "
                      "--gpu-memory-utilization leaves free, or vLLM runs out of memory later.")
+    if source == "estimate" and budget.profile_growth_bytes:
+        notes.append(f"Charged {to_gib(budget.profile_growth_bytes):.2f} GiB of non-torch memory that vLLM {sem.label} "
+                     f"gains while it profiles at TP {config.tensor_parallel_size} (CUDA graphs profiled inside the "
+                     "window; communicator buffers at TP > 1): no source line sizes it, so it is fitted, per TP, to "
+                     f"{PROFILE_GROWTH_FITTED_ON}.")
+    if source == "estimate":
+        for term in budget.unmodelled:
+            if term.bytes >= MIN_UNMODELLED_BYTES:
+                notes.append(f"±{to_gib(term.bytes):.2f} GiB not modelled: {term.what}.")
     if blocks.max_concurrency >= config.max_num_seqs and not errors:
         notes.append(f"The KV cache holds {blocks.max_concurrency:.0f} requests of {max_model_len:,} tokens, more "
                      f"than --max-num-seqs {config.max_num_seqs}: the scheduler's limit, not memory, caps concurrency.")

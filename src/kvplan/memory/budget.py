@@ -152,6 +152,60 @@ def allreduce_fusion_workspace_bytes(config: ResolvedConfig, max_num_batched_tok
     return sum(_round_up(_round_up(b + _FI_SIGNAL_PAD_BYTES, 2 * MIB), MULTICAST_GRANULARITY_BYTES) for b in buffers)
 
 
+# Non-torch memory that vLLM 0.18-0.21 gains inside its profiling window on CUDA
+# (VllmSemantics.cudagraph_profile_in_memory_window: the graphs profile_cudagraph_memory() captures
+# there, and at TP > 1 the communicators' lazily allocated buffers), which no source line sizes.
+# FITTED, per TP, to the six development runs of llm-d-planner's vLLM 0.19.0 H100 sweep
+# (benchmarks/data/llm_d_planner_h100.csv; one H100 SXM per rank, max_model_len 8192, PP 1, not eager):
+# Qwen2.5-7B-Instruct and Llama-3.1-8B-Instruct at TP 1, 2 and 4. Each value is the mean of the two
+# runs' printed "non-torch forward increase memory" (0.24/0.25, 2.06/2.07, 2.13/2.13 GiB) less the
+# FlashInfer fusion workspace derived below (0 at TP 1, 1.5 GiB at TP 2 and 4). The TP 2/4 values
+# were measured over NVSwitch; TP 8 and PCIe multi-GPU were not, nor PP > 1 (the sweep's PP runs
+# print 0.07 GiB) nor --enforce-eager (no graphs profiled): see profile_growth().
+PROFILE_NON_TORCH_GROWTH_BYTES = {1: int(0.245 * GIB), 2: int(0.565 * GIB), 4: int(0.63 * GIB)}
+PROFILE_GROWTH_FITTED_ON = ("llm-d-planner's vLLM 0.19.0 H100 runs of Qwen2.5-7B-Instruct and Llama-3.1-8B-Instruct "
+                            "at TP 1, 2 and 4 (development data)")
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """A term kvplan knows exists but does not size for this configuration: the plan states it as
+    "±N GiB not modelled" beside the number instead of pretending to it."""
+
+    what: str
+    bytes: int
+
+
+def profile_growth(config: ResolvedConfig) -> tuple[int, tuple[Unmodelled, ...]]:
+    """(bytes charged, what stays unmodelled) for the non-torch growth inside the profiling window
+    (PROFILE_NON_TORCH_GROWTH_BYTES). Charged where it was fitted: 0.18-0.21, CUDA, graphs on, PP 1,
+    TP 1, or TP 2/4 over NVSwitch; elsewhere the nearest fitted figure is stated as not modelled."""
+    sem, tp, gpu = config.semantics, config.tensor_parallel_size, config.gpu
+    if config.device != "cuda" or sem.engine != "V1":
+        return 0, ()
+    base = PROFILE_NON_TORCH_GROWTH_BYTES[1]
+    nearest = PROFILE_NON_TORCH_GROWTH_BYTES[max(t for t in PROFILE_NON_TORCH_GROWTH_BYTES if t <= tp)] \
+        if tp > 1 else base
+    if not sem.cudagraph_profile_in_memory_window:
+        if (0, 15) <= sem.version < (0, 18):  # llm-d-planner's Qwen3-14B version sweep (validation) prints it
+            return 0, (Unmodelled(f"non-torch memory vLLM {sem.label} gains while it profiles (0.13 GiB at TP 1 "
+                                  "in 0.15-0.17 H100 logs, not sized)", nearest),)
+        return 0, ()
+    if config.request.enforce_eager or config.pipeline_parallel_size > 1:
+        why = "--enforce-eager" if config.request.enforce_eager else f"PP {config.pipeline_parallel_size}"
+        return 0, (Unmodelled(f"non-torch growth while profiling, fitted without {why}", nearest),)
+    if tp == 1:
+        return base, ()
+    if not gpu.nvswitch_multicast:
+        return base, (Unmodelled(f"communicator buffers at TP {tp} without NVSwitch (fitted over NVSwitch only)",
+                                 nearest - base),)
+    charged = nearest
+    if tp not in PROFILE_NON_TORCH_GROWTH_BYTES:
+        return charged, (Unmodelled(f"non-torch growth at TP {tp} (fitted at TP 1, 2 and 4; TP 4's charged)",
+                                    charged - base),)
+    return charged, ()
+
+
 @dataclass(frozen=True)
 class BudgetTerms:
     """Every term of the KV budget for one GPU, in bytes; ``source`` says where
@@ -171,6 +225,10 @@ class BudgetTerms:
     encoder: Optional[EncoderProfile] = None
     #: FlashInfer's all-reduce fusion workspace, part of ``non_torch_bytes`` (allreduce_fusion_workspace_bytes)
     allreduce_workspace_bytes: int = 0
+    #: the fitted non-torch growth while profiling, part of ``non_torch_bytes`` (profile_growth)
+    profile_growth_bytes: int = 0
+    #: terms known to exist that this configuration's estimate does not size
+    unmodelled: tuple[Unmodelled, ...] = ()
     #: --enable-lora: the stacked adapter buffers (and the extra-vocabulary growth), kvplan.memory.lora
     lora_bytes: int = 0
     #: --speculative-config: the drafter's weights on this GPU, kvplan.memory.spec_decode
@@ -432,7 +490,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
         weights += rounding_bytes(stage.tensor_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     fusion_workspace = allreduce_fusion_workspace_bytes(config, max_num_batched_tokens)
-    non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace
+    growth, unmodelled = profile_growth(config)
+    non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace + growth
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
     extras = serve_flag_terms(config, stage, max_num_batched_tokens, rows, sampler_bytes,
@@ -463,9 +522,11 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
                  offloaded_bytes=extras.offloaded_bytes, uncharged_bytes=extras.uncharged_bytes)
     if kv_cache_memory_bytes is not None:
         return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder, fusion_workspace, **flags)
+                           preexisting, kv_cache_memory_bytes, "kv_cache_memory", encoder, fusion_workspace, **flags,
+                           profile_growth_bytes=growth)
     charged = weights + extras.lora_bytes + extras.draft_weights_bytes - extras.uncharged_bytes + non_torch \
         + activation + graphs
     charged += sem.charged_preexisting(CUDA_CONTEXT_BYTES, NCCL_INIT_BYTES if multi_gpu else 0)
     return BudgetTerms(total_bytes, gpu_memory_utilization, requested, weights, non_torch, activation, graphs,
-                       preexisting, requested - charged, "estimate", encoder, fusion_workspace, **flags)
+                       preexisting, requested - charged, "estimate", encoder, fusion_workspace, **flags,
+                       profile_growth_bytes=growth, unmodelled=tuple(unmodelled))

@@ -209,6 +209,14 @@ class VllmSemantics:
         """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from 0.20.0."""
         return self.version >= (0, 20)
 
+    @property
+    def cudagraph_profile_in_memory_window(self) -> bool:
+        """0.18-0.21 run ``profile_cudagraph_memory()`` inside ``memory_profiling`` (unless
+        --enforce-eager), so the driver-side memory of the graphs it captures there counts as
+        non-torch growth (``Worker.determine_available_memory``, the same window in the 0.18.0,
+        0.19.0 and 0.21.0 wheels; 0.17.0 profiles no graphs; 0.22+ not read)."""
+        return self.engine == "V1" and (0, 18) <= self.version < (0, 22)
+
     # --- KV cache sizing ---------------------------------------------------------------------
     @property
     def check_reserves_null_block(self) -> bool:
