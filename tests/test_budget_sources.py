@@ -371,22 +371,26 @@ def test_a_qwen_vl_tower_is_sharded_over_tensor_parallel_ranks():
     embedding whole."""
     spec = _qwen25_vl_7b()
     one, two = params.vision_params(spec, 1), params.vision_params(spec, 2)
-    whole = 32 * 9 * 1280 + 14 * 14 * 3 * 2 * 1280
+    # per block two RMSNorms and the row-parallel biases of proj and down; the merger's RMSNorm and
+    # output bias; the Conv3d patch embedding (no bias)
+    whole = 32 * 4 * 1280 + 1280 + 3584 + 14 * 14 * 3 * 2 * 1280
+    assert params.vision_tower(spec).tower.whole_params == whole
     assert two - whole == (one - whole) // 2
     assert params.count_params(spec) - params.count_params(spec, include_vision=False) == one
 
 
 def test_a_pixtral_tower_shards_its_blocks_over_tensor_parallel_ranks():
     """pixtral.py (0.19.0) builds PixtralHF attention and MLP from parallel linears: at TP 2 each rank
-    holds half of the 24 blocks' linears (4·h² + 3·h·I each); the patch embedding, norms and (as
-    kvplan counts it) the projector stay whole. The sweep's Mistral-Small-3.1 w8a8 at TP 2 logs
+    holds half of the 24 blocks' linears (4·h² + 3·h·I each) and of the projector's linear_1/linear_2;
+    the patch embedding, norms and the patch merger stay whole. The sweep's Mistral-Small-3.1 w8a8 at TP 2 logs
     12.11 GiB of weights per GPU."""
     from kvplan.models import load_model
 
     spec = load_model("mistralai/Ministral-3-14B-Instruct-2512")
-    h, inter, blocks = 1024, 4096, 24
+    h, inter, blocks, text = 1024, 4096, 24, spec.hidden_size
     one, two = params.vision_params(spec, 1), params.vision_params(spec, 2)
-    assert one - two == blocks * (4 * h * h + 3 * h * inter) // 2
+    # mistral3.py's projector: linear_1 (column) and linear_2 (row) shard too; its norm and patch merger do not
+    assert one - two == (blocks * (4 * h * h + 3 * h * inter) + h * text + text * text) // 2
 
 
 def test_flashinfer_allreduce_fusion_workspace_is_three_multicast_granules():
@@ -492,5 +496,5 @@ def test_siglip_blocks_are_sharded_over_tp_and_the_projector_is_not():
     gemma3 = load_model("google/gemma-3-12b-it")
     vc = gemma3.raw["vision_config"]
     h, inter, n = vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"]
-    blocks = n * (4 * h * h + 2 * h * inter)
+    blocks = n * (4 * h * h + 2 * h * inter + 3 * h + inter)  # linears and their column-parallel biases
     assert params.vision_params(gemma3, 1) - params.vision_params(gemma3, 2) == blocks - blocks // 2

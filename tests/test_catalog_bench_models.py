@@ -162,7 +162,12 @@ def test_ministral_3_plans_with_fp8_weights_and_bf16_kv(name, layers, text_param
     from kvplan.memory._resolve import resolve
     from kvplan.memory.allocator import rounding_bytes
 
-    expect = linear + 2 * v * h * (1 if spec.tie_word_embeddings else 2) + 2 * 0.407e9 + rope_cache_bytes(spec, 2)
+    from kvplan.models.params import vision_params
+
+    # the model card's 0.4B vision encoder, plus Mistral-3's projector (norm, patch merger, linear_1/_2)
+    assert vision_params(spec) == pytest.approx(0.407e9 + 1024 * 4 * 1024 + 1024 * h + h * h, rel=0.01)
+    expect = linear + 2 * v * h * (1 if spec.tie_word_embeddings else 2) + 2 * vision_params(spec) \
+        + rope_cache_bytes(spec, 2)
     # and the blocks the caching allocator hands out for them (kvplan.memory.allocator): under 1 %
     blocks = rounding_bytes(resolve(PlanRequest(model=spec, gpu=find_gpu("MI300X"))).weights[0].tensor_bytes)
     assert 0 <= blocks < 0.01 * expect

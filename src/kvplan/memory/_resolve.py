@@ -187,6 +187,10 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
                      "attention page holds a whole recurrent state (vLLM _align_hybrid_block_size).")
     warnings.extend(layout.padding_warnings())
 
+    left_out = mparams.vision_tower(spec).left_out_note(dtype_bytes)
+    if left_out:
+        notes.append(left_out)
+
     gpu_memory_utilization = req.gpu_memory_utilization or sem.default_gpu_memory_utilization
     mxfp4 = quantization is not None and quantization.method == "mxfp4"
     moe_padding = mparams.mxfp4_padding(gpu.sm, sem.version) if mxfp4 else None

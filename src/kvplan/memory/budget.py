@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
 from .allocator import rounding_bytes
-from .encoder_profile import EncoderProfile, encoder_profile
+from .encoder_profile import EncoderProfile, encoder_profile, unprofiled_tower
 from .kv_specs import cdiv
 from .flag_terms import serve_flag_terms
 from .semantics import VllmSemantics
@@ -490,7 +490,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
         weights += rounding_bytes(stage.tensor_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0
     fusion_workspace = allreduce_fusion_workspace_bytes(config, max_num_batched_tokens)
-    growth, unmodelled = profile_growth(config)
+    growth, growth_unmodelled = profile_growth(config)
+    unmodelled = list(growth_unmodelled)
     non_torch = NON_TORCH_BASE_BYTES + comm + fusion_workspace + growth
     rows, sampler_bytes = profile_logit_rows(sem, device, config.request.flashinfer_sampler, config.max_num_seqs,
                                              max_num_batched_tokens, spec.vocab_size, dtype_bytes)
@@ -512,6 +513,12 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
         if device == "cuda" and stage.stage == 0 else None
     if encoder is not None:  # the encoder runs first; its batch and outputs stay through the dummy forward
         activation = max(encoder.peak_bytes, encoder.held_bytes + activation)
+    elif device == "cuda" and stage.stage == 0 and sem.engine == "V1" and unprofiled_tower(spec):
+        # a tower whose largest dummy item kvplan does not read: at least the budget's embeddings stay
+        # held through the language model's dummy run, and the item's pixels beside them
+        unmodelled.append(Unmodelled(f"the {unprofiled_tower(spec)} vision tower's share of the profile run "
+                                     "(its processor's largest image is not read)",
+                                     2 * max_num_batched_tokens * spec.hidden_size * dtype_bytes))
     graphs = 0
     if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,

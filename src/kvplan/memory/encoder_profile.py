@@ -1,6 +1,7 @@
-"""The vision encoder's share of V1's profile run, for three kinds of tower: Qwen-VL-style (Qwen2-VL,
-Qwen2.5-VL, Qwen3-VL: a ``vision_config`` with ``spatial_merge_size`` and ``temporal_patch_size``),
-SigLIP at a fixed resolution (Gemma-3: ``mm_tokens_per_image``) and Pixtral (Mistral-3).
+"""The vision encoder's share of V1's profile run, for the towers (read by :mod:`kvplan.models.vision`)
+whose processor's largest item is read: Qwen-VL-style (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), SigLIP at a fixed
+resolution (Gemma-3: ``mm_tokens_per_image``) and Pixtral (Mistral-3). Other towers' share is stated as
+not modelled (kvplan.memory.budget).
 
 Before the dummy forward, ``GPUModelRunner.profile_run`` (read in 0.7.1, 0.7.3 and 0.9.0.1) runs the
 encoder on ``cdiv(encoder_budget, max_tokens_per_item)`` dummy items of the largest feature size
@@ -37,12 +38,13 @@ model's dummy sequence and is not modelled here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Optional
 
+from ..models.params import vision_tower
 from ..models.spec import ModelSpec
+from ..models.vision import QWEN_VL_MAX_TOKENS_PER_IMAGE
 
-#: merged tokens of the largest image the Qwen-VL processors accept by default (see the module doc)
-QWEN_VL_MAX_TOKENS_PER_IMAGE = 16384
+__all__ = ["EncoderProfile", "QWEN_VL_MAX_TOKENS_PER_IMAGE", "attention_width", "encoder_profile", "unprofiled_tower"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,6 @@ class EncoderProfile:
     def held_bytes(self) -> int:
         """Allocated through the language model's dummy forward and sampler."""
         return self.outputs_bytes + self.inputs_bytes
-
-
-def _vision_config(spec: ModelSpec) -> Optional[Mapping[str, Any]]:
-    vc = spec.raw.get("vision_config") if isinstance(spec.raw, Mapping) else None
-    return vc if isinstance(vc, Mapping) else None
 
 
 def attention_width(d: int, tp: int, rotary: Optional[str]) -> float:
@@ -85,10 +82,6 @@ def attention_width(d: int, tp: int, rotary: Optional[str]) -> float:
     if rotary == "fp32_qk_concat":
         return max(gather, 2 * d + 18 * d / tp)
     return d + 4.5 * d / tp if tp > 1 else 9 * d
-
-
-def _int(vc: Mapping[str, Any], *keys: str, default: int = 0) -> int:
-    return next((int(vc[k]) for k in keys if vc.get(k)), default)
 
 
 @dataclass(frozen=True)
@@ -143,34 +136,26 @@ class _PixtralTower(_Tower):
         return patches * patches * dtype_bytes
 
 
+#: the tower families whose dummy-run shape kvplan reads (the rest: no encoder share, stated unmodelled)
+_PROFILED = {"qwen2_vl": _QwenVLTower, "qwen2_5_vl": _QwenVLTower, "qwen3_vl": _QwenVLTower,
+             "siglip": _SiglipTower, "pixtral": _PixtralTower}
+
+
 def _tower(spec: ModelSpec) -> Optional[_Tower]:
-    vc = _vision_config(spec)
-    if vc is None:
+    """The V1 dummy item of the model's tower (kvplan.models.vision), for the families whose processor's
+    largest item is read; None otherwise."""
+    tower = vision_tower(spec).tower
+    if tower is None or tower.family not in _PROFILED or not tower.tokens_per_item:
         return None
-    d = _int(vc, "hidden_size", "embed_dim")
-    if not d:
-        return None
-    patch = _int(vc, "patch_size", default=14)
-    channels = _int(vc, "in_chans", "in_channels", "num_channels", default=3)
-    inter = _int(vc, "intermediate_size", default=_int(vc, "mlp_ratio", default=4) * d)
-    if vc.get("spatial_merge_size") and vc.get("temporal_patch_size"):
-        merge, temporal = int(vc["spatial_merge_size"]), int(vc["temporal_patch_size"])
-        tokens = QWEN_VL_MAX_TOKENS_PER_IMAGE
-        patches = tokens * merge * merge
-        gated = str(vc.get("hidden_act") or "").lower() in ("silu", "swiglu")
-        return _QwenVLTower(d, inter, tokens, patches, patches * channels * temporal * patch * patch, gated)
-    side = _int(vc, "image_size")
-    if not side:
-        return None
-    grid = side // patch
-    if vc.get("model_type") == "siglip_vision_model" and spec.raw.get("mm_tokens_per_image"):
-        # Gemma-3 (pan-and-scan off, the default): one crop per image, pooled to mm_tokens_per_image
-        return _SiglipTower(d, inter, int(spec.raw["mm_tokens_per_image"]), grid * grid, channels * side * side)
-    if vc.get("model_type") == "pixtral":
-        # PixtralHFEncoderInfo: ncols × nrows of (patch × spatial_merge_size) over the largest image
-        merged = side // (patch * int(spec.raw.get("spatial_merge_size") or 1))
-        return _PixtralTower(d, inter, merged * merged, grid * grid, channels * side * side)
-    return None
+    kind = _PROFILED[tower.family]
+    fields = (tower.width, tower.intermediate, tower.tokens_per_item, tower.patches_per_item, tower.values_per_item)
+    return _QwenVLTower(*fields, gated=tower.gated_mlp) if kind is _QwenVLTower else kind(*fields)
+
+
+def unprofiled_tower(spec: ModelSpec) -> Optional[str]:
+    """The family of a tower kvplan reads the weights of but not the V1 dummy run of, if any."""
+    tower = vision_tower(spec).tower
+    return tower.family if tower is not None and _tower(spec) is None else None
 
 
 #: the default per-prompt item limit of 0.10+ (``MultiModalConfig``), for the decoder-side bound

@@ -16,7 +16,7 @@ shards it the way vLLM's parallel layers do (``vllm/model_executor/layers/linear
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from .spec import (
     DenseMLP,
@@ -29,8 +29,14 @@ from .spec import (
     MoEMLP,
     Quantization,
 )
+from .vision import VisionReading, read_vision_tower
 
 VOCAB_PADDING = 64  # vllm DEFAULT_VOCAB_PADDING_SIZE
+
+
+def vision_tower(spec: ModelSpec) -> VisionReading:
+    """The model's vision tower, read from its nested config (kvplan.models.vision)."""
+    return read_vision_tower(spec.raw if isinstance(spec.raw, Mapping) else {}, spec.hidden_size)
 
 @dataclass(frozen=True)
 class Tensor:
@@ -170,53 +176,12 @@ def head_tensors(spec: ModelSpec) -> list[Tensor]:
     return out
 
 
-#: towers whose blocks vLLM shards over TP while their projector stays whole: Pixtral (``pixtral.py``)
-#: and SigLIP (``siglip.py``: ``QKVParallelLinear`` / ``RowParallelLinear`` attention, Column/Row
-#: parallel fc1/fc2; read in 0.19.0)
-_TP_SHARDED_BLOCK_TOWERS = frozenset({"pixtral", "siglip_vision_model"})
-
-
 def vision_params(spec: ModelSpec, tp: int = 1) -> int:
-    """A ViT-style vision tower's parameters on one of ``tp`` ranks: what multimodal checkpoints add
-    to the language model. Per block: q/k/v/o (4·h²), the MLP (gated SwiGLU with three matrices in
-    Qwen2.5-VL / Qwen3-VL style towers that name ``hidden_act`` silu, else two), norms; plus the
-    patch embedding (temporal patches for Qwen-VL) and the projector into the language model
-    (Qwen-VL's patch merger over ``spatial_merge_size``² patches, else one linear map).
-
-    Qwen-VL-style towers (``spatial_merge_size`` and ``temporal_patch_size``) shard their block and
-    merger linears over TP: ``QKVParallelLinear`` / ``ColumnParallelLinear`` / ``RowParallelLinear``
-    in ``qwen2_5_vl.py`` of 0.7.3, 0.8.5, 0.9.0.1, 0.10.1.1, 0.11.0 and 0.19.0, under the default
-    ``mm_encoder_tp_mode="weights"``; norms, biases and the patch embedding stay whole. Pixtral towers
-    (Mistral-3; ``vision_config.model_type`` "pixtral") shard their blocks the same way
-    (``pixtral.py``: PixtralHFAttention's ``QKVParallelLinear`` / ``RowParallelLinear``, PixtralHFMLP's
-    ``MergedColumnParallelLinear`` / ``RowParallelLinear``, read in 0.19.0), and so do SigLIP towers
-    (Gemma-3; ``siglip.py`` in 0.19.0); kvplan keeps their projector whole. Other towers are counted
-    whole on every rank (not read)."""
-    vc = spec.raw.get("vision_config") if isinstance(spec.raw, dict) else None
-    if not isinstance(vc, dict):
-        return 0
-    h = int(vc.get("hidden_size") or vc.get("embed_dim") or 0)
-    n = int(vc.get("num_hidden_layers") or vc.get("depth") or 0)
-    inter = int(vc.get("intermediate_size") or 4 * h)
-    patch = int(vc.get("patch_size") or 14)
-    channels = int(vc.get("num_channels") or vc.get("in_chans") or vc.get("in_channels") or 3)
-    temporal = int(vc.get("temporal_patch_size") or 1)
-    out = int(vc.get("out_hidden_size") or spec.hidden_size)
-    gated = str(vc.get("hidden_act") or "").lower() in ("silu", "swiglu")
-    mlp = (3 if gated else 2) * h * inter
-    merge = int(vc.get("spatial_merge_size") or 0)
-    if merge > 1:
-        wide = h * merge * merge
-        proj = wide * wide + wide * out  # PatchMerger: Linear(wide, wide), GELU, Linear(wide, out)
-    else:
-        proj = h * out
-    sharded = n * (4 * h * h + mlp) + proj
-    whole = n * 9 * h + patch * patch * channels * temporal * h
-    if tp > 1 and merge > 1 and vc.get("temporal_patch_size"):
-        return whole + sharded // tp
-    if tp > 1 and vc.get("model_type") in _TP_SHARDED_BLOCK_TOWERS:
-        return whole + proj + (sharded - proj) // tp
-    return whole + sharded
+    """The vision tower's parameters on one of ``tp`` ranks (0 for a text-only model, or a tower kvplan
+    does not read): its blocks' linears split over TP, norms, embeddings and unsharded projectors whole
+    (:mod:`kvplan.models.vision`, one reader per family)."""
+    tower = vision_tower(spec).tower
+    return tower.params(tp) if tower is not None else 0
 
 
 def count_params(spec: ModelSpec, include_vision: bool = True) -> int:
