@@ -21,7 +21,8 @@ Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="HF id or alias from the catalog, config.json, or model folder.")]
 Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name from the catalog (see `kvplan gpus`).")]
 GpuMemory = Annotated[Optional[str], typer.Option(
-    "--gpu-memory", help="Total memory of one GPU as CUDA reports it, e.g. 79.19GiB.")]
+    "--gpu-memory", help="Total memory of one GPU: as CUDA reports it (79.19GiB), or the size it is sold as "
+    "(24GB: read from the catalog's cards of that size, and the plan says how).")]
 Device = Annotated[str, typer.Option("--device", help="cuda, or cpu for vLLM's CPU backend.")]
 TensorParallelSize = Annotated[int, typer.Option(
     "--tensor-parallel-size", "-tp", help="GPUs each layer is split over (must divide the attention heads).")]
@@ -147,7 +148,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     ``log`` is a parsed vLLM start-up log (``--from-log``): its model, GPU memory, measured KV
     memory and serve flags fill in every flag not named in ``given`` (the flags the user gave,
     :func:`given_flags`); a given flag wins over the log even when it equals the default."""
-    from ..hardware import custom_gpu, find_gpu, parse_size
+    from ..hardware import custom_gpu, find_gpu, parse_size, read_gpu_memory
     from ..memory import PlanRequest
 
     flags_from_log: dict = log.args if log is not None else {}
@@ -168,7 +169,8 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
 
     spec = load_model(model)
     if gpu_memory:
-        size = parse_size(gpu_memory, "--gpu-memory")
+        size, read_as = read_gpu_memory(gpu_memory, "--gpu-memory")
+        version_notes += (read_as,) if read_as else ()
         label = f"{size / (1 << 30):.2f} GiB"
         if gpu:
             from dataclasses import replace as _replace

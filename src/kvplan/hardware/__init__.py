@@ -36,7 +36,7 @@ class Gpu:
 
     @property
     def supports_fp8(self) -> bool:
-        return (self.sm or 0) >= 89 or self.arch == "cdna3"
+        return (self.sm or 0) >= 89 or self.arch in ("cdna3", "cdna4")
 
     @property
     def nvswitch_multicast(self) -> bool:
@@ -91,8 +91,39 @@ def parse_size(text: str, what: str = "size") -> int:
     return int(round(value * _UNITS[unit]))
 
 
+_LABEL = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(g|gb|t|tb)\s*$", re.IGNORECASE)
+
+
+def read_gpu_memory(text: str, what: str = "--gpu-memory") -> tuple[int, Optional[str]]:
+    """A GPU's total memory as users write it, in bytes as CUDA would report it, and how the text
+    was read (None when it was exact). ``GiB``, ``MiB``, bytes and a bare number (GiB) are exact.
+    ``GB`` (or ``G``, ``TB``) is read as the size a card is *sold* as: a "24 GB" card has 24 GiB of
+    memory, of which CUDA reports less (23.64 GiB on an RTX 4090, 22.03 on an L4). The catalog's
+    cards of that size give the figure: the least of them, so that a start/fail verdict errs on the
+    safe side; for a size no catalog card has, the marketed GiB times the median share CUDA reports
+    on the catalog's cards."""
+    m = _LABEL.match(str(text))
+    if not m:
+        return parse_size(text, what), None
+    sold = float(m.group(1)) * (1000 if m.group(2).lower().startswith("t") else 1)
+    cards = sorted((g for g in catalog() if g.marketing_gb == sold), key=lambda g: g.memory_bytes)
+    if cards:
+        least = cards[0]
+        listed = ", ".join(f"{g.name} {g.memory_gib:.2f}" for g in cards)
+        return least.memory_bytes, (
+            f"{what} {text} read as a card sold as {sold:g} GB: {least.memory_gib:.2f} GiB, what CUDA reports on "
+            f"the {least.name}, the least of the catalog's {sold:g} GB cards ({listed} GiB); name the card with "
+            "--gpu, or give the size CUDA reports in GiB, for exact blocks.")
+    shares = sorted(g.memory_gib / g.marketing_gb for g in catalog() if g.marketing_gb)
+    share = shares[len(shares) // 2]
+    nbytes = int(sold * share * GIB)
+    return nbytes, (f"{what} {text} read as a card sold as {sold:g} GB ({sold:g} GiB of memory): "
+                    f"{nbytes / GIB:.2f} GiB as CUDA would report it ({share:.1%} of it, the median of the catalog's "
+                    "cards); give the size CUDA reports in GiB for exact blocks.")
+
+
 def custom_gpu(memory_bytes: int, name: str = "custom") -> Gpu:
     return Gpu(name=name, memory_bytes=memory_bytes)
 
 
-__all__ = ["Gpu", "GIB", "catalog", "find_gpu", "parse_size", "custom_gpu"]
+__all__ = ["Gpu", "GIB", "catalog", "find_gpu", "parse_size", "read_gpu_memory", "custom_gpu"]
