@@ -130,6 +130,16 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
             else "PyTorch's native top-k/top-p (--no-flashinfer-sampler, or the start-up log's sampler line): it sorts "
                  "every row of logits."))
 
+    old_gpu = sem.compute_capability_engine(gpu.sm, device, req.engine is not None)
+    if old_gpu == "refused":
+        errors.append(admission.StartupError(
+            "v1_unsupported", "VLLM_USE_V1=1 is not supported with Compute Capability < 8.0."))
+    elif old_gpu == "v0_fallback":
+        sem = replace(sem, engine_override="V0")
+        notes.append(f"vLLM {sem.label} runs the V1 engine only on compute capability 8.0 and newer: on {gpu.name} "
+                     f"(sm {gpu.sm}) it logs \"Compute Capability < 8.0 is not supported by the V1 Engine. Falling "
+                     "back to V0.\" and this plan follows the V0 engine's rules (--engine v1 makes vLLM refuse).")
+
     model_dtype = resolve_model_dtype(spec, req.dtype, gpu, device, sem)
     dtype_bytes = MODEL_DTYPES[model_dtype]
     quantization = resolve_quantization(req)

@@ -136,6 +136,24 @@ class VllmSemantics:
                 return "refused" if engine_forced else "v0_fallback"
         return "native" if sm >= 89 else "converted"
 
+    def compute_capability_engine(self, sm: int | None, device: str, engine_forced: bool) -> str:
+        """What 0.8.0-0.10.1 do on a CUDA GPU older than Ampere (compute capability < 8.0: T4, V100,
+        RTX 20xx): ``_is_v1_supported_oracle`` (``vllm/engine/arg_utils.py``, read in 0.8.0, 0.8.2,
+        0.8.5, 0.9.2 and 0.10.1.1) calls ``_raise_or_fallback(feature_name="Compute Capability < 8.0")``:
+
+        * ``v0_fallback``: "Compute Capability < 8.0 is not supported by the V1 Engine. Falling back
+          to V0." and the V0 engine runs, with V0's defaults and profile;
+        * ``refused``: with V1 forced (VLLM_USE_V1=1, ``--engine v1``) it raises "VLLM_USE_V1=1 is
+          not supported with Compute Capability < 8.0.";
+        * ``v1``: the GPU is new enough, or the version has no such check (0.10.2 removed it; V1
+          before 0.8 was opt-in only).
+        """
+        if device != "cuda" or sm is None or sm >= 80 or self.engine != "V1":
+            return "v1"
+        if not (0, 8) <= self.version < (0, 10, 2):
+            return "v1"
+        return "refused" if engine_forced else "v0_fallback"
+
     # --- budget --------------------------------------------------------------------------------
     @property
     def default_gpu_memory_utilization(self) -> float:
