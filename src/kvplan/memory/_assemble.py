@@ -138,6 +138,7 @@ def _memory(config: ResolvedConfig, sized: KVSizing) -> MemoryInfo:
         lora_gib=to_gib(budget.lora_bytes), draft_weights_gib=to_gib(budget.draft_weights_bytes),
         cpu_offload_gib=to_gib(budget.offloaded_bytes), loaded_gib=to_gib(budget.loaded_bytes),
         host=_host_memory(config, sized),
+        unmodelled_gib=to_gib(_unmodelled_bytes(sized)),
     )
 
 
@@ -174,6 +175,13 @@ def _spec_info(config: ResolvedConfig, budget: BudgetTerms) -> SpecDecodeInfo | 
                           d.lookahead_tokens, d.derived)
 
 
+def _unmodelled_bytes(sized: KVSizing) -> int:
+    """What the estimate states it does not size (budget.Unmodelled), on the reported stage."""
+    if sized.source != "estimate":
+        return 0
+    return sum(term.bytes for term in sized.budget.unmodelled)
+
+
 def _kv(config: ResolvedConfig, sized: KVSizing) -> KVInfo:
     layout, blocks, stages = config.layout, sized.blocks, config.stages
     layer_specs = {i: g.spec for g in layout.groups for i in g.layers}
@@ -201,13 +209,14 @@ def _startup(config: ResolvedConfig, sized: KVSizing, first_error: Optional[admi
              search: bool, replan: Replan) -> StartupInfo:
     gpu_memory_bytes = config.gpu.memory_bytes
     margin = None
-    if config.semantics.engine == "V1" and not sized.weights_oom and not (
+    if not sized.weights_oom and not (
             first_error and first_error.kind in CONFIG_ERRORS):
         margin = sized.blocks.check_memory_bytes - sized.needed_bytes
-    band = error_band_bytes(gpu_memory_bytes) if sized.source == "estimate" else None
+    # the estimate's own error band, widened by what it states it does not model
+    band = error_band_bytes(gpu_memory_bytes) + _unmodelled_bytes(sized) if sized.source == "estimate" else None
     kv_verdict = first_error is None or first_error.kind in ("max_model_len_too_large", "no_kv_memory")
     borderline = bool(band is not None and margin is not None and kv_verdict
-                      and is_borderline(margin, gpu_memory_bytes))
+                      and (is_borderline(margin, gpu_memory_bytes) or abs(margin) <= band))
     fits_with = None
     if first_error and search:
         from .layout_fit import smallest_fitting_layout

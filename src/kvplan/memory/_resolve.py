@@ -108,7 +108,8 @@ class ResolvedConfig:
     def max_num_batched_tokens_at(self, max_model_len: int) -> int:
         """The step's token budget vLLM would use at ``max_model_len``: the asked one, else the default."""
         return self.request.max_num_batched_tokens or _default_max_num_batched_tokens(
-            self.semantics, self.max_num_seqs, self.default_max_num_batched_tokens, max_model_len, self.chunked_prefill)
+            self.semantics, self.model, self.max_num_seqs, self.default_max_num_batched_tokens, max_model_len,
+            self.chunked_prefill)
 
     def in_flight_tokens_for(self, max_num_batched_tokens: int) -> int:
         return _in_flight_tokens(self.semantics, self.max_concurrent_batches, max_num_batched_tokens)
@@ -182,7 +183,7 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     # The default token budget at the asked length is capped with the default max_num_seqs; the
     # lengths sized later (auto-fit, the capacity ladder) with max_num_seqs as capped below.
     max_num_batched_tokens = req.max_num_batched_tokens or _default_max_num_batched_tokens(
-        sem, max_num_seqs, default_batched, max_model_len, chunked_prefill)
+        sem, spec, max_num_seqs, default_batched, max_model_len, chunked_prefill)
     if not req.max_num_seqs and sem.default_max_num_seqs_capped_by_batch:
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
     concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
@@ -229,12 +230,18 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     )
 
 
-def _default_max_num_batched_tokens(sem: VllmSemantics, max_num_seqs: int, default: int, max_model_len: int,
-                                    chunked_prefill: bool = True) -> int:
+#: V0's SchedulerConfig floor for multimodal models ("at least the number of multimodal tokens")
+V0_MULTIMODAL_MIN_BATCHED_TOKENS = 5120
+
+
+def _default_max_num_batched_tokens(sem: VllmSemantics, spec: ModelSpec, max_num_seqs: int, default: int,
+                                    max_model_len: int, chunked_prefill: bool = True) -> int:
     if sem.engine == "V0":
         # V0 chunks prefills with a small batch (VllmSemantics.v0_chunked_batch_tokens); otherwise a
-        # batch holds a whole max-length prompt.
-        return sem.v0_chunked_batch_tokens if chunked_prefill else max(max_model_len, 2048)
+        # batch holds a whole max-length prompt, and a multimodal model's at least 5,120 tokens
+        # (SchedulerConfig, read in 0.6.4.post1, 0.7.0, 0.8.5 and 0.9.2).
+        tokens = sem.v0_chunked_batch_tokens if chunked_prefill else max(max_model_len, 2048)
+        return max(tokens, V0_MULTIMODAL_MIN_BATCHED_TOKENS) if spec.has_vision else tokens
     if not chunked_prefill:  # 0.12+ (VllmSemantics.v1_chunked_prefill_switch): a whole prompt per step
         default = max(max_model_len, default)
     return min(max_num_seqs * max_model_len, default) if sem.batch_cap_by_max_len else default
@@ -252,8 +259,11 @@ def _chunked_prefill(req: PlanRequest, sem: VllmSemantics, max_model_len: int, s
             return req.enable_chunked_prefill
         if max_model_len <= 32768 or req.device != "cuda" or not sem.v0_chunks_long_context:
             return False
-        skip = (model.sliding_window is not None or speculative or req.enable_lora or (
-            sem.v0_long_context_chunking_skips_mla_and_multimodal and (model.is_mla or model.has_vision)))
+        # get_sliding_window(): none when the config sets use_sliding_window false (Qwen2); multimodal
+        # models are skipped in every V0 read (0.6.4.post1, 0.7.0: `not is_multimodal_model`), MLA from 0.8
+        sliding = None if model.raw_flag("use_sliding_window") is False else model.sliding_window
+        skip = (sliding is not None or speculative or req.enable_lora or model.has_vision or (
+            sem.v0_long_context_chunking_skips_mla_and_multimodal and model.is_mla))
         if skip and (speculative or req.enable_lora):
             notes.append(f"vLLM {sem.label} (V0) does not turn chunked prefill on by itself above 32K tokens with "
                          "LoRA or speculative decoding: every profile step holds a whole max-length prompt.")

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from ..models.params import vision_tower
 from ..models.spec import DenseMLP, ModelSpec, MoEMLP
 from .allocator import rounding_bytes
 from .encoder_profile import EncoderProfile, encoder_profile, unprofiled_tower
@@ -513,6 +514,16 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
         if device == "cuda" and stage.stage == 0 else None
     if encoder is not None:  # the encoder runs first; its batch and outputs stay through the dummy forward
         activation = max(encoder.peak_bytes, encoder.held_bytes + activation)
+        tower = vision_tower(spec).tower
+        if sem.engine == "V0" and tower is not None and tower.kept_states:
+            # V0 runs every dummy sequence's image through the tower at once (encoder_profile); what of it
+            # stays live at the peak is read, not measured: the kept layer inputs and the second float32
+            # pixel copy are the terms whose liveness kvplan is least sure of
+            kept = encoder.items * encoder.patches_per_item * tower.kept_states * tower.width * dtype_bytes
+            unmodelled.append(Unmodelled(
+                f"the liveness of the {tower.family} tower's {encoder.items} dummy images under V0's profile "
+                f"({tower.kept_states} kept layer inputs and a second float32 pixel copy, read in the source "
+                "but not measured)", kept + encoder.inputs_bytes // 2))
     elif device == "cuda" and stage.stage == 0 and sem.engine == "V1" and unprofiled_tower(spec):
         # a tower whose largest dummy item kvplan does not read: at least the budget's embeddings stay
         # held through the language model's dummy run, and the item's pixels beside them

@@ -136,6 +136,26 @@ class _PixtralTower(_Tower):
         return patches * patches * dtype_bytes
 
 
+@dataclass(frozen=True)
+class _MllamaTower(_Tower):
+    """mllama.py's MllamaVisionModel (0.6.4-0.10, read in 0.7.0), run under V0's encoder-decoder profile:
+    every tile padded to a multiple of 8 patches; the aspect-ratio attention mask (images × (tiles ·
+    patches)² in the model dtype, ``_prepare_aspect_ratio_attention_mask``) lives through both
+    transformers; the local transformer keeps the inputs of its ``intermediate_layers_indices`` layers
+    (5) for the projector; at a later local layer's MLP the caller's input, the residual, the normed
+    input and CLIPMLP's fc1 output and GELU output (2·I/tp) are live besides: (kept + 3)·d + 2·I/tp."""
+
+    kept_states: int = 5
+    tiles: int = 4
+
+    def block_width(self, tp: int, rotary: Optional[str]) -> float:
+        return (self.kept_states + 3) * self.width + 2 * self.intermediate / tp
+
+    def extra_bytes(self, patches: int, dtype_bytes: int) -> int:
+        images = patches // self.patches_per_item
+        return images * self.patches_per_item * self.patches_per_item * dtype_bytes
+
+
 #: the tower families whose dummy-run shape kvplan reads (the rest: no encoder share, stated unmodelled)
 _PROFILED = {"qwen2_vl": _QwenVLTower, "qwen2_5_vl": _QwenVLTower, "qwen3_vl": _QwenVLTower,
              "siglip": _SiglipTower, "pixtral": _PixtralTower}
@@ -145,6 +165,9 @@ def _tower(spec: ModelSpec) -> Optional[_Tower]:
     """The V1 dummy item of the model's tower (kvplan.models.vision), for the families whose processor's
     largest item is read; None otherwise."""
     tower = vision_tower(spec).tower
+    if tower is not None and tower.family == "mllama":
+        return _MllamaTower(tower.width, tower.intermediate, tower.tokens_per_item, tower.patches_per_item,
+                            tower.values_per_item, kept_states=tower.kept_states)
     if tower is None or tower.family not in _PROFILED or not tower.tokens_per_item:
         return None
     kind = _PROFILED[tower.family]
@@ -162,24 +185,40 @@ def unprofiled_tower(spec: ModelSpec) -> Optional[str]:
 DEFAULT_ITEMS_PER_PROMPT = 999
 
 
+#: V0 hands the model the processor's float32 pixel values (``MultiModalKwargs.as_kwargs`` without a
+#: dtype, read in 0.6.4.post1 and 0.7.0); the towers cast them to the model dtype inside
+V0_PIXEL_BYTES = 4
+
+
 def encoder_profile(spec: ModelSpec, tp: int, dtype_bytes: int, max_num_batched_tokens: int,
                     engine: str, rotary: Optional[str] = None, *, items_round_up: bool = True,
                     max_num_seqs: int = 256, max_model_len: Optional[int] = None) -> Optional[EncoderProfile]:
-    """The encoder dummy run of a tower kvplan reads under V1, or None (no such tower, or V0).
-    ``rotary`` is ``VllmSemantics.vision_rotary`` (:func:`attention_width`), ``items_round_up``
-    ``VllmSemantics.encoder_items_round_up`` (the module doc)."""
+    """The encoder dummy run of a tower kvplan reads, or None. ``rotary`` is
+    ``VllmSemantics.vision_rotary`` (:func:`attention_width`), ``items_round_up``
+    ``VllmSemantics.encoder_items_round_up`` (the module doc). V0 (``worker/model_runner.py``
+    ``_dummy_run`` and ``worker/enc_dec_model_runner.py`` ``profile_run``, read in 0.6.4.post1 and
+    0.7.0) builds ``min(max_num_seqs, max_num_batched_tokens // tokens per item)`` dummy sequences (at
+    least one), each with one item of the largest size, for a decoder-only model, and ``max_num_seqs``
+    of them for an encoder-decoder one (Mllama), and runs them all through the tower in the model's
+    one forward, the float32 pixel batch held throughout."""
     tower = _tower(spec)
-    if tower is None or engine != "V1":
-        return None
+    if tower is None or (engine == "V1" and isinstance(tower, _MllamaTower)):
+        return None  # Mllama runs on V0 (no encoder-decoder models on V1 before 0.10; not read there)
     tokens = tower.tokens_per_item
     budget = max(max_num_batched_tokens, tokens)
-    if items_round_up:
+    pixel_bytes = dtype_bytes
+    if engine == "V0":
+        items = max_num_seqs if isinstance(tower, _MllamaTower) else max(1, min(max_num_seqs, max_num_batched_tokens // tokens))
+        pixel_bytes = V0_PIXEL_BYTES
+    elif items_round_up:
         items = -(-budget // tokens)
     else:
         per_prompt = max(1, min(DEFAULT_ITEMS_PER_PROMPT, (max_model_len or budget) // tokens))
         items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
     patches = items * tower.patches_per_item
-    pixels = items * tower.values_per_item * dtype_bytes
+    pixels = items * tower.values_per_item * pixel_bytes
+    if isinstance(tower, _MllamaTower):
+        pixels *= 2  # the batch and _parse_and_validate_image_input's padded float32 copy (out_images)
     block = patches * tower.block_width(tp, rotary) * dtype_bytes
     outputs = items * tokens * spec.hidden_size * dtype_bytes
     return EncoderProfile(items, tokens, tower.patches_per_item,

@@ -89,6 +89,8 @@ class MemoryInfo:
     cpu_offload_gib: float = 0.0  # --cpu-offload-gb: weights moved off one GPU (already out of weights_gib_per_gpu)
     loaded_gib: float = 0.0  # what vLLM's "Model loading took" counts: weights + LoRA + drafter
     host: Optional["HostMemory"] = None  # CPU memory one worker needs for these flags
+    #: terms the estimate knows exist but does not size here, summed: the plan's "±N GiB not modelled"
+    unmodelled_gib: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class VisionTower:
     tokens_per_item: int = 0  # the language model's tokens for the largest item (the budget's unit)
     patches_per_item: int = 0
     values_per_item: int = 0  # pixel values of that item's dummy input
+    kept_states: int = 0  # hidden states a forward keeps for its projector (Mllama's intermediate layers)
 
     def params(self, tp: int = 1) -> int:
         """Parameters one of ``tp`` ranks holds."""
@@ -184,7 +185,8 @@ def _mllama(vc, raw, text_hidden) -> VisionTower:
                        n * block_s + out_dim * text_hidden + text_hidden,
                        n * block_w + 2 * global_ + embed, image_size=image,
                        tokens_per_item=tiles * positions, patches_per_item=tiles * (positions + (-positions) % 8),
-                       values_per_item=tiles * channels * image * image)
+                       values_per_item=tiles * channels * image * image,
+                       kept_states=len(vc.get("intermediate_layers_indices") or ()) or 5)
 
 
 def _siglip_blocks(vc, *, layers: Optional[int] = None) -> tuple[int, int, int, int, int, int, int]:
