@@ -105,6 +105,7 @@ def plan_cmd(
     swap_space: pf.SwapSpace = None,
     enable_chunked_prefill: pf.EnableChunkedPrefill = None,
     host_memory: pf.HostMemory = None,
+    entrypoint: pf.Entrypoint = "serve",
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "

@@ -61,6 +61,9 @@ NumGpuBlocksOverride = Annotated[Optional[int], typer.Option(
 GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node (multi-node layouts).")]
 DisableHybridKvCacheManager = Annotated[bool, typer.Option(
     "--disable-hybrid-kv-cache-manager", help="vLLM's flag: every layer gets full-context KV (no sliding-window savings).")]
+Entrypoint = Annotated[str, typer.Option(
+    "--entrypoint", help="serve (`vllm serve`) or offline (the LLM(...) class, also llm): vLLM gives them "
+    "different batch defaults (8,192 batched tokens, not 2,048, offline on GPUs under 70 GiB).")]
 FlashinferSampler = Annotated[Optional[bool], typer.Option(
     "--flashinfer-sampler/--no-flashinfer-sampler", help="Whether vLLM's sampler runs FlashInfer (default: the "
     "version's, with FlashInfer installed as in the release images). --no-flashinfer-sampler: PyTorch-native "
@@ -100,7 +103,7 @@ def plan_flags_help() -> str:
                  BlockSize, EnforceEager, VllmVersion, Engine, KvCacheMemory, KvCacheMemoryBytes,
                  NumGpuBlocksOverride, GpusPerNode, DisableHybridKvCacheManager, FlashinferSampler, EnableLora,
                  MaxLoras, MaxLoraRank, MaxCpuLoras, LoraDtype, SpeculativeConfig, CpuOffloadGb, SwapSpace,
-                 EnableChunkedPrefill, HostMemory):
+                 EnableChunkedPrefill, HostMemory, Entrypoint):
         info = typing.get_args(decl)[1]
         # in Annotated form typer keeps the first name as ``default``, the others in ``param_decls``
         names = ", ".join(d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-"))
@@ -140,7 +143,8 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
                             num_gpu_blocks_override=None, gpus_per_node=8, disable_hybrid_kv_cache_manager=False,
                             flashinfer_sampler=None, enable_lora=False, max_loras=1, max_lora_rank=16,
                             max_cpu_loras=None, lora_dtype="auto", speculative_config=None, cpu_offload_gb=0.0,
-                            swap_space=None, enable_chunked_prefill=None, host_memory=None, log=None,
+                            swap_space=None, enable_chunked_prefill=None, host_memory=None, entrypoint="serve",
+                            log=None,
                             given: Collection[str] = frozenset()):
     """A :class:`PlanRequest` from ``kvplan plan``'s flags (as strings where the plan command takes
     strings: ``32k`` lengths, ``79GiB`` sizes), with the plan command's rules for each.
@@ -150,6 +154,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
     :func:`given_flags`); a given flag wins over the log even when it equals the default."""
     from ..hardware import custom_gpu, find_gpu, parse_size, read_gpu_memory
     from ..memory import PlanRequest
+    from ..memory.defaults import entrypoint_kind
 
     flags_from_log: dict = log.args if log is not None else {}
     version_notes: tuple[str, ...] = ()  # notes for the plan: a log's version fallback, a custom GPU memory
@@ -246,6 +251,7 @@ def plan_request_from_flags(*, model=None, gpu=None, gpu_memory=None, device="cu
         cpu_offload_gb=float(pick("cpu_offload_gb", cpu_offload_gb) or 0.0), swap_space=pick("swap_space", swap_space),
         enable_chunked_prefill=pick("enable_chunked_prefill", enable_chunked_prefill),
         host_memory_bytes=parse_size(host_memory, "--host-memory") if host_memory else None,
+        entrypoint=entrypoint_kind(entrypoint or "serve"),
     )
     if log is not None and source == "log":
         per_stage = log.available_kv_per_stage(req.tensor_parallel_size, req.pipeline_parallel_size)
@@ -283,7 +289,7 @@ PLAN_KEYS = ("model", "gpu", "gpu_memory", "device", "tensor_parallel_size", "pi
              "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "num_gpu_blocks_override",
              "gpus_per_node", "disable_hybrid_kv_cache_manager", "flashinfer_sampler", "enable_lora", "max_loras",
              "max_lora_rank", "max_cpu_loras", "lora_dtype", "speculative_config", "cpu_offload_gb", "swap_space",
-             "enable_chunked_prefill", "host_memory")
+             "enable_chunked_prefill", "host_memory", "entrypoint")
 
 #: ``kvplan plan``'s parameters that shape its output, not the plan
 OUTPUT_OPTIONS = ("fmt", "compact", "requests", "tokenizer", "serve_config", "strict")

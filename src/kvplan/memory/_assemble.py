@@ -17,6 +17,7 @@ from ._resolve import ResolvedConfig
 from ._sizing import BlockSizing, KVSizing
 from .budget import BudgetTerms
 from .borderline import SETTLE, error_band_bytes, is_borderline
+from .defaults import entrypoint_kind
 from .kv_specs import kv_spec_for
 from .launch import display, multi_node, serve_argv, serve_yaml
 from .request import PlanRequest
@@ -71,7 +72,8 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
     serve_starts = not errors
     if errors and run_len != max_model_len and search:
         serve_starts = replan(replace(req, max_model_len=run_len), what_ifs=False, fit_search=False).startup.ok
-    flags = _serve_flags(req, config.gpu_memory_utilization, run_len, config.max_num_seqs, config.dtype)
+    flags = _serve_flags(req, config.gpu_memory_utilization, run_len, config.max_num_seqs, config.dtype,
+                         sized.max_num_batched_tokens)
     budget = sized.budget
     argv = serve_argv(spec.name, flags)
     resolved = ResolvedFlags(
@@ -251,7 +253,7 @@ def _log_lines(sem: VllmSemantics, device: str, blocks: BlockSizing, cpu_blocks:
 
 
 def _serve_flags(req: PlanRequest, gpu_memory_utilization: float, max_model_len: int, max_num_seqs: int,
-                 dtype: str) -> dict:
+                 dtype: str, max_num_batched_tokens: int) -> dict:
     flags: dict = {}
     if req.tensor_parallel_size > 1:
         flags["tensor_parallel_size"] = req.tensor_parallel_size
@@ -270,6 +272,9 @@ def _serve_flags(req: PlanRequest, gpu_memory_utilization: float, max_model_len:
     flags["max_num_seqs"] = max_num_seqs
     if req.max_num_batched_tokens:
         flags["max_num_batched_tokens"] = req.max_num_batched_tokens
+    elif req.entrypoint != "serve" and entrypoint_kind(req.entrypoint) == "offline":
+        # the offline entrypoint's default budget, which `vllm serve` would not pick by itself
+        flags["max_num_batched_tokens"] = max_num_batched_tokens
     if req.block_size:
         flags["block_size"] = req.block_size
     if req.kv_cache_memory_bytes is not None and req.kv_memory_source == "kv_cache_memory":

@@ -24,6 +24,7 @@ from .defaults import (
     check_max_model_len,
     default_block_size,
     derive_max_model_len,
+    entrypoint_kind,
     no_length_key_warning,
     resolve_kv_dtype,
     resolve_model_dtype,
@@ -179,6 +180,11 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
 
     world_size = tensor_parallel_size * pipeline_parallel_size
     default_batched, default_seqs = batch_defaults(sem, gpu, device, world_size, req.entrypoint)
+    if entrypoint_kind(req.entrypoint) == "offline" and sem.engine == "V1":
+        serve_batched, serve_seqs = batch_defaults(sem, gpu, device, world_size, "serve")
+        notes.append(f"Planned for the offline LLM(...) entrypoint (vLLM's LLM_CLASS usage context): vLLM {sem.label} "
+                     f"defaults it to {default_batched:,} batched tokens and {default_seqs:,} sequences here "
+                     f"(`vllm serve`: {serve_batched:,} and {serve_seqs:,}); the command below pins them.")
     max_num_seqs = req.max_num_seqs or default_seqs
     # The default token budget at the asked length is capped with the default max_num_seqs; the
     # lengths sized later (auto-fit, the capacity ladder) with max_num_seqs as capped below.

@@ -123,12 +123,28 @@ def check_max_model_len(spec: ModelSpec, sem: VllmSemantics, user_len: Optional[
     return user_len, None
 
 
+#: how a plan names vLLM's two usage contexts (``UsageContext``), and the spellings it accepts for them
+ENTRYPOINTS = {"serve": "serve", "api": "serve", "openai_api_server": "serve", "openai-api-server": "serve",
+               "offline": "offline", "llm": "offline", "llm_class": "offline", "llm-class": "offline"}
+
+
+def entrypoint_kind(name: str) -> str:
+    """``serve`` (``vllm serve``: UsageContext.OPENAI_API_SERVER) or ``offline`` (the ``LLM(...)`` class:
+    UsageContext.LLM_CLASS), from any of the spellings in :data:`ENTRYPOINTS`."""
+    kind = ENTRYPOINTS.get(str(name).strip().lower())
+    if kind is None:
+        raise UsageError(f"--entrypoint {name}: expected serve (vllm serve) or offline (the LLM(...) class; "
+                         "also llm)")
+    return kind
+
+
 def batch_defaults(sem: VllmSemantics, gpu: Gpu, device: str, world_size: int,
                    entrypoint: str = "serve") -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as ``EngineArgs.get_batch_defaults`` picks them:
     by device name before 0.8.5, the A100 exclusion from 0.9, the >= 160 GiB tier from 0.28, GB10 (sm 12.1) excluded in 0.33,
-    a CPU branch from 0.9 (docs/vllm-semantics.md §4)."""
-    serve = entrypoint == "serve"
+    a CPU branch from 0.9 (docs/vllm-semantics.md §4). The offline ``LLM(...)`` entrypoint (UsageContext
+    LLM_CLASS) has its own column: 8,192 batched tokens on GPUs under 70 GiB, 16,384 above."""
+    serve = entrypoint_kind(entrypoint) == "serve"
     if device == "cpu" and sem.cpu_scheduler_defaults:
         return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
     if sem.engine == "V0":
