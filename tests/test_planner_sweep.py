@@ -146,6 +146,7 @@ def test_where_the_growth_was_not_fitted_the_plan_states_it_as_not_modelled():
 
     for change, text in (({"vllm_version": "0.16.0"}, "0.13 GiB at TP 1"),
                          ({"enforce_eager": True}, "--enforce-eager"),
-                         ({"tensor_parallel_size": 8}, "TP 8")):
+                         ({"tensor_parallel_size": 8}, "TP 8"),
+                         ({"vllm_version": "0.11.0", "tensor_parallel_size": 4}, "PR 21429")):
         notes = plan(replace(req, **change), what_ifs=False).notes
         assert any(n.startswith("±") and "not modelled" in n and text in n for n in notes), (change, notes)

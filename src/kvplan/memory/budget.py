@@ -188,10 +188,15 @@ def profile_growth(config: ResolvedConfig) -> tuple[int, tuple[Unmodelled, ...]]
     nearest = PROFILE_NON_TORCH_GROWTH_BYTES[max(t for t in PROFILE_NON_TORCH_GROWTH_BYTES if t <= tp)] \
         if tp > 1 else base
     if not sem.cudagraph_profile_in_memory_window:
+        stated = []
         if (0, 15) <= sem.version < (0, 18):  # llm-d-planner's Qwen3-14B version sweep (validation) prints it
-            return 0, (Unmodelled(f"non-torch memory vLLM {sem.label} gains while it profiles (0.13 GiB at TP 1 "
-                                  "in 0.15-0.17 H100 logs, not sized)", nearest),)
-        return 0, ()
+            stated.append(Unmodelled(f"non-torch memory vLLM {sem.label} gains while it profiles (0.13 GiB at TP 1 "
+                                     "in 0.15-0.17 H100 logs, not sized)", int(0.13 * GIB)))
+        if tp > 1 and gpu.nvswitch_multicast and (0, 9) <= sem.version < (0, 18):
+            stated.append(Unmodelled(f"the communicators' buffers allocated while profiling at TP {tp} over NVSwitch "
+                                     "(2.04 GiB at TP 4 in vLLM PR 21429's 0.10 H100 log; sized only for 0.18-0.21)",
+                                     int(2.04 * GIB)))
+        return 0, tuple(stated)
     if config.request.enforce_eager or config.pipeline_parallel_size > 1:
         why = "--enforce-eager" if config.request.enforce_eager else f"PP {config.pipeline_parallel_size}"
         return 0, (Unmodelled(f"non-torch growth while profiling, fitted without {why}", nearest),)
