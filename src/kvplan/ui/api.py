@@ -33,7 +33,7 @@ _PLAN_VALUE_FLAGS = {"--model", "-m", "--gpu", "--gpu-memory", "--device", "--te
                      "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp", "--dtype", "--quantization",
                      "-q", "--kv-cache-dtype", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
                      "--max-num-batched-tokens", "--block-size", "--vllm-version", "--engine", "--kv-cache-memory",
-                     "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--gpus-per-node"}
+                     "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--gpus-per-node", "--entrypoint"}
 _PLAN_BOOL_FLAGS = {"--enforce-eager", "--disable-hybrid-kv-cache-manager"}
 #: plan's flags for LoRA, CPU offload, swap space and chunked prefill (kvplan.memory.lora / offload)
 _SERVE_FLAG_VALUES = {"--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--cpu-offload-gb",
@@ -52,7 +52,7 @@ _LENGTHS_BOOL_FLAGS = {"--estimate", "--no-estimate"}
 
 ALLOWED = {
     "plan": (_PLAN_VALUE_FLAGS | _SERVE_FLAG_VALUES, _PLAN_BOOL_FLAGS | _SERVE_FLAG_BOOLS),
-    "simulate": (_PLAN_VALUE_FLAGS - {"--engine"} | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
+    "simulate": (_PLAN_VALUE_FLAGS - {"--engine", "--entrypoint"} | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
     "lengths": (_LENGTHS_VALUE_FLAGS, _LENGTHS_BOOL_FLAGS),
 }
 
