@@ -303,9 +303,9 @@ class StageWeights:
     layers: range
     bytes_per_rank: int
     params_per_rank: int
-    #: the language model's tensors as vLLM allocates them on one rank, in creation order (bytes):
-    #: fused q/k/v, quantized weights without their scales; the vision tower and padded MXFP4 experts,
-    #: counted as totals, are not listed (kvplan.memory.allocator rounds these allocations)
+    #: the tensors as vLLM allocates them on one rank, in creation order (bytes): a vision tower's block
+    #: linears first, then the language model's (fused q/k/v, quantized weights without their scales);
+    #: padded MXFP4 experts, counted as totals, are not listed (kvplan.memory.allocator rounds these)
     tensor_bytes: tuple[int, ...] = ()
 
 
@@ -341,8 +341,11 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
             numel += n
             nbytes += n * bytes_per_param(t, quant, dtype_bytes)
         extra = (vision if s == 0 else 0) + padded
+        # the tower is built before the language model (every family read in kvplan.models.vision)
+        tower = vision_tower(spec).tower if s == 0 else None
+        first = tower.block_allocations(tp, dtype_bytes) if tower is not None else ()
         stages.append(StageWeights(s, layer_range, int(nbytes + extra), int(numel),
-                                   _allocations(tensors, tp, dtype_bytes, quant)))
+                                   first + _allocations(tensors, tp, dtype_bytes, quant)))
     return stages
 
 

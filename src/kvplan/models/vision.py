@@ -56,6 +56,15 @@ class VisionTower:
         """Parameters one of ``tp`` ranks holds."""
         return self.whole_params + self.sharded_params // tp
 
+    def block_allocations(self, tp: int, dtype_bytes: int) -> tuple[int, ...]:
+        """The blocks' large weights as one of ``tp`` ranks allocates them, in creation order (q/k/v,
+        out, the MLP's input and output linears of each block, as the families read here build them),
+        for the caching allocator's rounding (kvplan.memory.allocator); biases and norms are small
+        allocations, counted exactly."""
+        d, inter, up = self.width, self.intermediate, 2 if self.gated_mlp else 1
+        one = (3 * d * d, d * d, up * d * inter, d * inter)
+        return tuple(n // tp * dtype_bytes for _ in range(self.depth) for n in one)
+
 
 @dataclass(frozen=True)
 class VisionReading:
