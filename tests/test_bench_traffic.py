@@ -4,6 +4,7 @@ summary figures."""
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -234,9 +235,21 @@ def test_closed_loop_never_exceeds_n(items, n, async_sched, blocks):
 
 # -- pasted commands --------------------------------------------------------------------------------
 def _dev_cases():
+    """The dev set's cases with a literal ``vllm bench`` command: the curator's trailing remark in parentheses
+    removed, and templates (``--num-prompts <N>``: the page printed a template, not the command that ran) left
+    out, as there is nothing literal to parse."""
     if not DEV_CASES.is_file():
         return []
-    return [c for c in json.loads(DEV_CASES.read_text()) if (c.get("benchmark") or {}).get("command")]
+    cases = []
+    for c in json.loads(DEV_CASES.read_text()):
+        command = (c.get("benchmark") or {}).get("command")
+        if not command:
+            continue
+        command = re.sub(r"\s+\((?:[^()]|\([^()]*\))*\)\s*$", "", command)
+        if re.search(r"<[A-Za-z_]+>", command):
+            continue
+        cases.append({**c, "benchmark": {**c["benchmark"], "command": command}})
+    return cases
 
 
 @pytest.mark.skipif(not DEV_CASES.is_file(), reason="the shared dev set is not on this machine")
