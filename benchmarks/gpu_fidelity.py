@@ -1,35 +1,47 @@
-"""How close `kvplan simulate` comes to published real-GPU `vllm bench serve` runs.
+"""How close `kvplan simulate` comes to published real-GPU `vllm bench serve` runs, measured as
+generalization, not fit.
 
-For every case of the development set (/work/shared/perf/dev_cases.json, or --cases FILE) that
-has enough configuration, type the `kvplan simulate` command a user would type for that run (the
-model, GPU, TP, serve flags and the bench traffic as published), run it as a subprocess, and
-compare its output throughput, TTFT and TPOT (median when published, else mean) with the measured
-numbers. Prints per case, per GPU and overall median |error| per metric, a held-out split (the
-constants' fit half of the sources vs the other half), the cases that could not be expressed and
-why, and a separate VALIDATION table on published results that are not in the dev set (never
-fitted to).
+For every case of the development set (/work/shared/perf/dev_cases.json, or --cases FILE) type the
+`kvplan simulate` command a user would type from what the case's source states (the USER VIEW:
+model, GPU, vLLM version, TP, the serve flags and the benchmark's traffic as published; nothing the
+product should know by itself, such as a version's defaults), run it in-process, and compare its
+output throughput, TTFT and TPOT (median when published, else mean) with the measured numbers.
+A second column, the SCENARIO VIEW, adds what the source documents about its setup that a user
+would not type (a warm prefix cache from earlier runs on the same server, one GPU per Kubernetes
+pod, the KV memory its start-up log printed, hardware the data set's curator flags).
 
-    python benchmarks/gpu_fidelity.py                 # everything (a few minutes)
-    python benchmarks/gpu_fidelity.py --only dennislee-t4 --show-argv
-    python benchmarks/gpu_fidelity.py --json out.json
+Errors are reported three ways:
+- FIT: the shipped constants (kvplan.sim.opmodel.Overheads), fitted to every case;
+- LEAVE-ONE-SOURCE-OUT (LOSO): for each source group, the constants refitted on every other group
+  (benchmarks/gpu_fit.py, in the scenario view) and that group scored in the user view;
+- per source group, per GPU and per REGIME (burst / closed loop / request rate; ShareGPT / random;
+  FP8 on Ampere; MoE), so a regime that fails is visible.
+Cases whose `data_warning` says they are a copy error or a duplicate are excluded (listed).
 
-Run it under the shared lock on a shared machine: `flock /tmp/kvplan-heavy.lock python ...`.
+    python benchmarks/gpu_fidelity.py --no-loso            # score the shipped constants (~1 min)
+    python benchmarks/gpu_fidelity.py                      # + LOSO refits (~15-30 min)
+    python benchmarks/gpu_fidelity.py --only gpustack-qwen3-14b --show-argv
+    python benchmarks/gpu_fidelity.py --json out.json --write-validation
+
+Run it under the shared lock on a shared machine: `flock /work/wt/heavy.lock python ...`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 DEV_CASES = Path(os.environ.get("KVPLAN_DEV_CASES", "/work/shared/perf/dev_cases.json"))
+METRICS = ("output_throughput", "ttft", "tpot")
 
 #: Published names the catalog lacks -> a catalog model of identical architecture (layers, hidden
 #: size, heads, KV heads, MLP width, vocabulary): same weights bytes, same kernels. Used only when
@@ -40,14 +52,17 @@ SAME_SHAPE = {
     "Qwen/Qwen2.5-32B": "Qwen/Qwen2.5-32B-Instruct",
     "meta-llama/Llama-3.1-8B (exact HF repo not stated; post says \"Llama-3.1-8B\")": "meta-llama/Llama-3.1-8B",
 }
-GPU_PATTERNS = [(r"A100-80GB|A100 80GB", "A100-80GB"), (r"A100-40GB", "A100-40GB"), (r"H100", "H100"),
-                (r"H200", "H200"), (r"MI300X", "MI300X"), (r"L40S", "L40S"), (r"B200", "B200"),
-                (r"RTX 3090", "RTX-3090"), (r"GB10", "GB10")]
-#: Fit half of the development set's sources (the overhead constants in kvplan.sim.opmodel were
-#: fitted on these only); the other half is the held-out score. Split by source series: the
-#: dennislee22 runs come in test series t1..t9 of different configurations.
-FIT_SERIES = ("dennislee-t2-", "dennislee-t4-", "dennislee-t6-", "dennislee-t8-", "vllmblog-fp8kv-llama31",
-              "kvcached-h100-qwen3-0.6b-vanilla-inf")
+#: The GPU as the source words it -> kvplan's catalog name. Order matters (first match wins).
+GPU_PATTERNS = [(r"A100-40GB", "A100-40GB", None),
+                (r"A100-80GB|A100 80GB|A100-SXM4-80GB", "A100-80GB", None),
+                (r"A100-SXM4", "A100-80GB", "A100-SXM4 memory not stated: 80GB, as the source's sibling pages say"),
+                (r"H100", "H100", None), (r"H200", "H200", None), (r"MI300X", "MI300X", None),
+                (r"L40S", "L40S", None), (r"B200", "B200", None), (r"RTX 3090", "RTX-3090", None),
+                (r"RTX 4090", "RTX-4090", None), (r"GB10", "GB10", None)]
+#: data_warning texts that take a case out of the score (the source's own error, not vLLM's behaviour)
+EXCLUDE_WARNING = re.compile(r"copy error|duplicate of", re.IGNORECASE)
+#: data_warning texts that say which hardware really ran: the scenario view types it
+HARDWARE_WARNING = [(re.compile(r"behaves like H100 PCIe", re.IGNORECASE), "H100-PCIE-80GB")]
 
 
 class NotExpressible(Exception):
@@ -81,14 +96,6 @@ def earlier_run(case: dict, cases: list[dict]) -> dict | None:
     return next((c for c in cases if c["id"] == prev_id), None)
 
 
-def kvplan_cmd() -> list[str]:
-    exe = Path(sys.executable).with_name("kvplan")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("kvplan")
-    return [found] if found else [sys.executable, "-c", "from kvplan.cli.main import main; main()"]
-
-
 def _num(text, what: str) -> float:
     if isinstance(text, (int, float)):
         return float(text)
@@ -113,34 +120,63 @@ def _model(name: str) -> tuple[str, list[str]]:
     raise NotExpressible(f"model {base} is not in the catalog (no config.json given)")
 
 
-def _version_tuple(v) -> tuple:
-    m = re.match(r"\s*(\d+)\.(\d+)", str(v or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else ()
+def _version(v) -> str | None:
+    """The vLLM version a case states (the leading x.y[.z[.w]]), or None."""
+    m = re.match(r"\s*(\d+\.\d+(?:\.\d+)*)", str(v or ""))
+    return m.group(1) if m else None
 
 
-def translate(case: dict, flags: set[str], prev: dict | None = None) -> tuple[list[str], list[str]]:
-    """The `kvplan simulate` argv for a case, and what had to be approximated. ``prev``: the run
-    the same server served just before (documented in the case data): its prompts are warm."""
+def excluded(case: dict) -> str | None:
+    """Why a case is not scored (its data_warning names a copy error or duplicate), or None."""
+    w = case.get("data_warning") or ""
+    return f"data_warning: {w[:90]}" if EXCLUDE_WARNING.search(w) else None
+
+
+def gpu_name(case: dict) -> tuple[str, list[str]]:
+    for pat, g, note in GPU_PATTERNS:
+        if re.search(pat, case["gpu"]):
+            return g, [note] if note else []
+    raise NotExpressible(f"GPU {case['gpu'].split(' (')[0]} is not in kvplan's GPU catalog")
+
+
+def translate(case: dict, prev: dict | None = None, *, view: str = "user") -> tuple[list[str], list[str]]:
+    """The `kvplan simulate` argv for a case and what had to be approximated.
+
+    ``view="user"``: what its source states (model, GPU, vLLM version, TP/PP, serve flags, traffic).
+    ``view="scenario"``: also what the source documents about the setup that a user would not type:
+    ``prev`` (the run the same server served just before: its prompts are warm), one GPU per pod,
+    the KV memory the start-up log printed, a max_model_len the series' other logs state, and the
+    hardware the data set's curator says really ran (data_warning)."""
     if case.get("completeness") != "full":
         raise NotExpressible(f"partial case: {case.get('partial_reason') or 'incomplete configuration'}")
+    scenario = view == "scenario"
     notes: list[str] = []
     model, mnotes = _model(case["model"])
     notes += mnotes
-    gpu = next((g for pat, g in GPU_PATTERNS if re.search(pat, case["gpu"])), None)
-    if gpu is None:
-        raise NotExpressible(f"GPU {case['gpu'].split(' (')[0]} is not in kvplan's GPU catalog")
+    gpu, gnotes = gpu_name(case)
+    notes += gnotes
+    if scenario:
+        for pat, hw in HARDWARE_WARNING:
+            if pat.search(case.get("data_warning") or ""):
+                gpu = hw
+                notes.append(f"data_warning: the hardware behaves like {hw}")
     b, s = case["benchmark"], case["serve"]
-    argv = ["simulate", "--model", model, "--gpu", gpu, "-tp", str(case.get("tensor_parallel_size") or 1)]
+    tp = int(case.get("tensor_parallel_size") or 1)
+    argv = ["simulate", "--model", model, "--gpu", gpu, "-tp", str(tp)]
     if (case.get("pipeline_parallel_size") or 1) > 1:
         argv += ["-pp", str(case["pipeline_parallel_size"])]
-    ver = _version_tuple(case.get("vllm_version"))
-    if (case.get("tensor_parallel_size") or 1) > 1 and re.search(r"GPU pods", case.get("notes", "")):
+    version = _version(case.get("vllm_version"))
+    if version:
+        argv += ["--vllm-version", version]
+    else:
+        notes.append("vLLM version not published: kvplan's default version")
+    if scenario and tp > 1 and re.search(r"GPU pods", case.get("notes", "")):
         # one GPU per Kubernetes pod (Ray across containers): no CUDA IPC, so no custom all-reduce
         argv += ["--gpus-per-node", "1"]
         notes.append("one GPU per pod: TP over the network (--gpus-per-node 1)")
     if s.get("max_model_len") and str(s["max_model_len"]).isdigit():
         argv += ["--max-model-len", str(s["max_model_len"])]
-    elif case.get("source_group") == "dennislee22-vLLM-benchmarking":
+    elif scenario and case.get("source_group") == "dennislee22-vLLM-benchmarking":
         # tests 6-8 published no server log; every published log of the series sets 16384
         argv += ["--max-model-len", "16384"]
         notes.append("max_model_len 16384 as in the series' published logs (not stated for this test)")
@@ -148,8 +184,9 @@ def translate(case: dict, flags: set[str], prev: dict | None = None) -> tuple[li
                       ("gpu_memory_utilization", "--gpu-memory-utilization"), ("block_size", "--block-size")):
         if s.get(key) not in (None, ""):
             argv += [flag, str(s[key])]
-    if s.get("kv_cache_gib_per_gpu_reported"):
+    if scenario and s.get("kv_cache_gib_per_gpu_reported"):
         argv += ["--kv-cache-memory", f"{s['kv_cache_gib_per_gpu_reported']}GiB"]
+        notes.append("KV memory as the start-up log printed it")
     kvd = str(case.get("kv_cache_dtype") or "")
     if kvd.startswith("fp8"):
         argv += ["--kv-cache-dtype", "fp8"]
@@ -159,46 +196,43 @@ def translate(case: dict, flags: set[str], prev: dict | None = None) -> tuple[li
         argv.append("--no-enable-prefix-caching")
     if s.get("enforce_eager"):
         argv.append("--enforce-eager")
-    # vLLM turned async scheduling on by default in 0.13 (PR #27614); older runs schedule in sync
-    if ver and ver < (0, 13) and not s.get("async_scheduling"):
+    if s.get("async_scheduling") is False:
         argv.append("--no-async-scheduling")
-    elif not ver and not s.get("async_scheduling"):
-        notes.append("vLLM version not published: async scheduling assumed on (today's default)")
-    # traffic
-    if "random" not in str(b.get("dataset") or "random"):
-        raise NotExpressible(f"dataset {b.get('dataset')!r}: only random traffic is expressible")
+    # traffic, as vllm bench serve was given it
+    dataset = str(b.get("dataset") or "random")
     n = int(_num(b.get("num_prompts"), "number of prompts"))
-    ilen, olen = int(_num(b.get("input_len"), "input length")), int(_num(b.get("output_len"), "output length"))
-    rr = b.get("random_range_ratio")
-    ratio = 0.0
-    if rr not in (None, "") and re.match(r"\s*0?\.\d+|\s*[01](\s|$)", str(rr)):
-        ratio = _num(rr, "range ratio")
     rate_txt = str(b.get("request_rate") if b.get("request_rate") is not None else "inf")
     rate_inf = "inf" in rate_txt or rate_txt.strip() in ("None", "")
     conc = b.get("max_concurrency")
     conc = int(_num(conc, "max concurrency")) if conc not in (None, "") else None
-    if "--request-rate" in flags:  # the traffic helper's vLLM-bench flags
-        argv += ["--dataset-name", "random", "--num-prompts", str(n), "--random-input-len", str(ilen),
-                 "--random-output-len", str(olen), "--request-rate", "inf" if rate_inf else str(_num(rate_txt, "rate"))]
+    argv += ["--num-prompts", str(n), "--request-rate", "inf" if rate_inf else str(_num(rate_txt, "rate"))]
+    if conc:
+        argv += ["--max-concurrency", str(conc)]
+    if b.get("seed") is not None:
+        argv += ["--seed", str(int(_num(b["seed"], "seed")))]
+    if "sharegpt" in dataset.lower():
+        argv += ["--dataset-name", "sharegpt"]
+        if b.get("sharegpt_output_len"):
+            argv += ["--sharegpt-output-len", str(int(_num(b["sharegpt_output_len"], "output length")))]
+    elif "random" in dataset.lower():
+        ilen, olen = int(_num(b.get("input_len"), "input length")), int(_num(b.get("output_len"), "output length"))
+        argv += ["--dataset-name", "random", "--random-input-len", str(ilen), "--random-output-len", str(olen)]
+        rr = b.get("random_range_ratio")
+        ratio = 0.0
+        if rr not in (None, "") and re.match(r"\s*0?\.\d+|\s*[01](\s|$)", str(rr)):
+            ratio = _num(rr, "range ratio")
         if ratio:
             argv += ["--random-range-ratio", str(ratio)]
-        if conc:
-            argv += ["--max-concurrency", str(conc)]
-        argv.append("--ignore-eos")
-        if prev is not None and not ratio:
+        if scenario and prev is not None and not ratio:
             pn = int(_num(prev["benchmark"].get("num_prompts"), "number of prompts"))
             pl = int(_num(prev["benchmark"].get("input_len"), "input length"))
             argv += ["--warm-prompts", str(pn)] + (["--warm-prompt-len", str(pl)] if pl != ilen else [])
             notes.append(f"documented warm prefix cache: the server served {prev['id']} just before "
                          f"({pn} prompts of {pl} tokens, same seed)")
     else:
-        if conc and conc < n:
-            raise NotExpressible("--max-concurrency (closed loop) needs vLLM-bench traffic flags")
-        lens = (lambda x: f"uniform:{int(x * (1 - ratio))},{int(x * (1 + ratio))}") if ratio else str
-        argv += ["--num-requests", str(n), "--input-len", lens(ilen), "--output-len", lens(olen)]
-        argv += ["--rate", "1e9", "--arrival", "constant"] if rate_inf else ["--rate", str(_num(rate_txt, "rate"))]
-    if b.get("ignore_eos") is False:
-        notes.append("outputs may stop early (no --ignore-eos); simulated at the full output length")
+        raise NotExpressible(f"dataset {dataset!r} is neither random nor sharegpt")
+    if b.get("ignore_eos"):
+        argv.append("--ignore-eos")
     argv += ["--format", "json"]
     return argv, notes
 
@@ -239,25 +273,70 @@ def predicted(d: dict, meas: dict) -> dict:
     return out
 
 
-def run_case(argv: list[str], timeout: float = 900) -> dict:
-    p = subprocess.run(kvplan_cmd() + argv, capture_output=True, text=True, timeout=timeout)
-    if p.returncode not in (0, 1) or not p.stdout.strip().startswith("{"):
-        raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[-1] if (p.stderr or p.stdout) else "no output")
-    return json.loads(p.stdout)
+def errors(d: dict, meas: dict) -> dict:
+    pred = predicted(d, meas)
+    return {m: (pred[m] / meas[m][1] - 1.0) for m in pred if pred[m] and meas[m][1]}
 
 
-def simulate_flags() -> set[str]:
-    p = subprocess.run(kvplan_cmd() + ["simulate", "--help"], capture_output=True, text=True,
-                       env={**os.environ, "COLUMNS": "200"})
-    return set(re.findall(r"--[a-z][a-z0-9-]+", p.stdout))
+# -- running kvplan simulate in-process ------------------------------------------------------------
+_COMMAND = None
 
 
-def gpu_of(argv: list[str]) -> str:
+def run_case(argv: list[str]) -> dict:
+    """`kvplan <argv>` in this process (the CLI's own code path) -> its JSON result."""
+    global _COMMAND
+    import click
+    import typer
+
+    if _COMMAND is None:
+        from kvplan.cli.main import app
+
+        _COMMAND = typer.main.get_command(app)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            _COMMAND.main(argv, standalone_mode=False)
+        except (SystemExit, click.exceptions.Exit):
+            pass
+        except click.exceptions.ClickException as exc:
+            raise RuntimeError(exc.format_message()) from None
+    text = out.getvalue()
+    if not text.strip().startswith("{"):
+        lines = (err.getvalue() or text).strip().splitlines()
+        raise RuntimeError(lines[-1][:300] if lines else "no output")
+    return json.loads(text)
+
+
+# -- classification ------------------------------------------------------------------------------
+def regimes(case: dict, argv: list[str]) -> list[str]:
+    """The regimes a case belongs to (traffic, dataset, weights on the GPU, model structure)."""
     from kvplan.hardware import find_gpu
+    from kvplan.models import load_model
+    from kvplan.models.params import MoEMLP
 
-    return find_gpu(argv[argv.index("--gpu") + 1]).name
+    out = []
+    if "--max-concurrency" in argv:
+        out.append("closed loop")
+    elif argv[argv.index("--request-rate") + 1] == "inf":
+        out.append("burst")
+    else:
+        out.append("request rate")
+    out.append("sharegpt" if "sharegpt" in argv else "random")
+    gpu = find_gpu(argv[argv.index("--gpu") + 1])
+    model = argv[argv.index("--model") + 1]
+    quant = (str(case.get("quantization") or "") + " " + model).lower()
+    if "fp8" in quant and gpu.arch == "ampere":
+        out.append("FP8 on Ampere")
+    if "awq" in quant or "gptq" in quant:
+        out.append("int4 (AWQ/GPTQ)")
+    spec = load_model(model)
+    if any(isinstance(layer.mlp, MoEMLP) for layer in spec.layers):
+        out.append("MoE")
+    out.append(f"TP {argv[argv.index('-tp') + 1]}")
+    return out
 
 
+# -- summaries ---------------------------------------------------------------------------------
 def med(xs):
     return statistics.median(xs) if xs else None
 
@@ -266,43 +345,104 @@ def fmt_pct(x):
     return "   -  " if x is None else f"{x * 100:+6.1f}%"
 
 
-def summarize(rows: list[dict], title: str) -> dict:
-    metrics = ("output_throughput", "ttft", "tpot")
-    print(f"\n{title}: median |error| (cases)")
-    groups: dict[str, list] = {"all": rows}
-    for r in rows:
-        groups.setdefault(r["gpu"], []).append(r)
+def medians(rows: list[dict], key: str) -> dict:
     out = {}
-    for g, rs in groups.items():
-        vals = {m: [abs(r["err"][m]) for r in rs if m in r["err"]] for m in metrics}
-        out[g] = {m: (round(med(v), 4) if v else None) for m, v in vals.items()} | {"cases": len(rs)}
-        print(f"  {g:<16} " + "  ".join(f"{m} {('-' if not v else f'{med(v) * 100:5.1f}%'):>6} ({len(v)})"
-                                        for m, v in vals.items()))
+    for m in METRICS:
+        v = [abs(r[key][m]) for r in rows if r.get(key) and m in r[key]]
+        out[m] = (round(med(v), 4) if v else None, len(v))
     return out
 
 
+def table(title: str, groups: dict[str, list[dict]], columns: list[tuple[str, str]]) -> dict:
+    """Print median |error| per group for each column (label, row key); return them."""
+    print(f"\n{title}")
+    head = "".join(f"  {label:^33}" for label, _ in columns)
+    print(f"  {'':<26} {'cases':>5}{head}")
+    print(f"  {'':<26} {'':>5}" + "".join(f"  {'thr':>9} {'TTFT':>10} {'TPOT':>10} " for _ in columns))
+    out = {}
+    for g, rs in groups.items():
+        cells = []
+        out[g] = {"cases": len(rs)}
+        for label, key in columns:
+            mm = medians(rs, key)
+            out[g][key] = {m: v for m, (v, _) in mm.items()}
+            cells.append("".join(f" {('-' if v is None else f'{v * 100:.1f}%'):>9}{'' if m == 'tpot' else ' '}"
+                                 for m, (v, _) in mm.items()))
+        print(f"  {g[:26]:<26} {len(rs):>5}" + "".join(f"  {c:<33}" for c in cells))
+    return out
+
+
+def by(rows: list[dict], key) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {"all": rows}
+    for r in rows:
+        for k in key(r):
+            groups.setdefault(k, []).append(r)
+    return groups
+
+
 def write_validation(result: dict) -> None:
+    """src/kvplan/sim/validation.py: per GPU and per regime, the LOSO (user view) medians every
+    simulate result quotes, and the fit's beside them."""
     import datetime
 
-    out = {}
-    for gpu, row in result["dev"].items():
-        if gpu == "all":
-            continue
-        held = result["held_out"].get(gpu, {})
-        out[gpu] = {"cases": row["cases"], "output_throughput": row["output_throughput"], "ttft": row["ttft"],
-                    "tpot": row["tpot"], "held_out": {k: held.get(k) for k in ("cases", "output_throughput", "ttft", "tpot")},
-                    "benchmark": "benchmarks/gpu_fidelity.py", "date": datetime.date.today().isoformat()}
-    names = {"H100": "H100-SXM5-80GB", "H200": "H200-141GB", "A100-80GB": "A100-SXM4-80GB"}
-    for key, row in (result.get("validation") or {}).items():
-        source, gpu = key.split(" / ")
-        entry = out.setdefault(names.get(gpu, gpu), {"cases": 0})
-        entry.setdefault("validation", {})[source] = row
+    def row(entry: dict) -> dict:
+        loso = entry.get("loso_err") or {}
+        fit = entry.get("user_err") or {}
+        return {"cases": entry["cases"], "output_throughput": loso.get("output_throughput"), "ttft": loso.get("ttft"),
+                "tpot": loso.get("tpot"), "fit": {m: fit.get(m) for m in METRICS}}
+
+    out = {"by_gpu": {g: row(e) for g, e in result["gpu"].items() if g != "all"},
+           "by_regime": {g: row(e) for g, e in result["regime"].items()},
+           "by_source": {g: row(e) for g, e in result["source"].items()},
+           "benchmark": "benchmarks/gpu_fidelity.py (leave-one-source-out, user view)",
+           "date": datetime.date.today().isoformat()}
     path = HERE.parent / "src" / "kvplan" / "sim" / "validation.py"
     text = path.read_text(encoding="utf-8")
     head = text[:text.index("VALIDATION: dict = ")]
-    path.write_text(head + "VALIDATION: dict = " + json.dumps(out, indent=4).replace("null", "None") + "\n",
-                    encoding="utf-8")
+    path.write_text(head + "VALIDATION: dict = " + json.dumps(out, indent=4).replace("null", "None")
+                    .replace("true", "True").replace("false", "False") + "\n", encoding="utf-8")
     print(f"wrote {path}")
+
+
+def prepare(cases: list[dict], only: str = "") -> tuple[list[dict], list[tuple[str, str]]]:
+    """Each expressible case with its two argvs, measured numbers and regimes; and the rest, why."""
+    prepared, skipped = [], []
+    for case in cases:
+        if only and only not in case["id"]:
+            continue
+        why = excluded(case)
+        if why:
+            skipped.append((case["id"], why))
+            continue
+        try:
+            user, unotes = translate(case, view="user")
+            scen, snotes = translate(case, earlier_run(case, cases), view="scenario")
+        except NotExpressible as exc:
+            skipped.append((case["id"], str(exc)))
+            continue
+        prepared.append({"id": case["id"], "source": case.get("source_group") or "?", "user_argv": user,
+                         "scenario_argv": scen, "notes": snotes, "user_notes": unotes,
+                         "meas": measured(case), "regimes": regimes(case, user)})
+    return prepared, skipped
+
+
+def score(prepared: list[dict], view: str, overheads=None) -> dict[str, dict]:
+    """Case id -> {metric: relative error} (or {"failed": why}) with ``overheads`` (None: shipped)."""
+    from kvplan.sim import opmodel
+
+    saved = opmodel.DEFAULT_OVERHEADS
+    if overheads is not None:
+        opmodel.DEFAULT_OVERHEADS = overheads
+    try:
+        out = {}
+        for p in prepared:
+            try:
+                out[p["id"]] = {"err": errors(run_case(p[f"{view}_argv"]), p["meas"])}
+            except Exception as exc:  # noqa: BLE001 - reported as a failed case
+                out[p["id"]] = {"failed": str(exc)}
+        return out
+    finally:
+        opmodel.DEFAULT_OVERHEADS = saved
 
 
 def main(argv=None) -> int:
@@ -311,75 +451,90 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="only case ids containing this")
     ap.add_argument("--show-argv", action="store_true")
     ap.add_argument("--json", type=Path, help="write every row here")
-    ap.add_argument("--no-validation", action="store_true")
-    ap.add_argument("--cold", action="store_true",
-                    help="simulate every case with a cold prefix cache (ignore documented earlier runs)")
+    ap.add_argument("--no-validation", action="store_true", help="skip the validation set (published runs "
+                    "outside the dev set)")
+    ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits")
+    ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per LOSO refit")
     ap.add_argument("--write-validation", action="store_true",
-                    help="rewrite src/kvplan/sim/validation.py with the per-GPU errors (the clock every result quotes)")
+                    help="rewrite src/kvplan/sim/validation.py with the LOSO errors (the clock every result quotes)")
     args = ap.parse_args(argv)
+    t0 = time.time()
     cases = json.loads(args.cases.read_text(encoding="utf-8"))
-    flags = simulate_flags()
-    print(f"{len(cases)} cases from {args.cases}; traffic flags: "
-          f"{'vLLM bench (--request-rate, --max-concurrency)' if '--request-rate' in flags else 'legacy (--rate)'}")
-    rows, skipped = [], []
-    for case in cases:
-        if args.only and args.only not in case["id"]:
+    prepared, skipped = prepare(cases, args.only)
+    print(f"{len(cases)} cases from {args.cases}: {len(prepared)} expressed")
+    user = score(prepared, "user")
+    scen = score(prepared, "scenario")
+    loso: dict[str, dict] = {}
+    fits: dict[str, dict] = {}
+    if not args.no_loso and not args.only:
+        import gpu_fit
+
+        for source in sorted({p["source"] for p in prepared}):
+            train = [p for p in prepared if p["source"] != source]
+            held = [p for p in prepared if p["source"] == source]
+            ov, info = gpu_fit.fit(train, rounds=args.rounds, log=lambda s: print("   ", s, flush=True))
+            fits[source] = {"overheads": ov.to_dict(), **info}
+            print(f"  LOSO {source}: fitted on {len(train)} cases of the other sources "
+                  f"(objective {info['objective']:.3f})", flush=True)
+            loso.update(score(held, "user", ov))
+    rows = []
+    for p in prepared:
+        u, s = user[p["id"]], scen[p["id"]]
+        if "failed" in u and "failed" in s:
+            skipped.append((p["id"], f"kvplan simulate failed: {u['failed']}"))
             continue
-        prev = earlier_run(case, cases) if not args.cold else None
-        try:
-            sim_argv, notes = translate(case, flags, prev)
-        except NotExpressible as exc:
-            skipped.append((case["id"], str(exc)))
-            continue
-        meas = measured(case)
-        try:
-            d = run_case(sim_argv)
-        except Exception as exc:  # noqa: BLE001 - reported as a failed case
-            skipped.append((case["id"], f"kvplan simulate failed: {exc}"))
-            continue
-        pred = predicted(d, meas)
-        err = {m: (pred[m] / meas[m][1] - 1.0) for m in pred if pred[m] and meas[m][1]}
-        held = not case["id"].startswith(FIT_SERIES)
-        row = {"id": case["id"], "gpu": gpu_of(sim_argv), "held_out": held, "warm": "--warm-prompts" in sim_argv,
-               "argv": sim_argv, "notes": notes,
-               "measured": {m: v[1] for m, v in meas.items()}, "stat": {m: v[0] for m, v in meas.items()},
-               "predicted": pred, "err": err, "clock": d.get("profile", {}).get("clock", {}).get("kernel_tables"),
-               "own_tables": bool(d.get("profile", {}).get("clock", {}).get("kernel_tables_exact"))}
+        from kvplan.hardware import find_gpu
+
+        row = {"id": p["id"], "source": p["source"], "regimes": p["regimes"],
+               "gpu": find_gpu(p["user_argv"][p["user_argv"].index("--gpu") + 1]).name,
+               "user_argv": p["user_argv"], "scenario_argv": p["scenario_argv"], "notes": p["notes"],
+               "measured": {m: v[1] for m, v in p["meas"].items()}, "stat": {m: v[0] for m, v in p["meas"].items()},
+               "user_err": u.get("err"), "scenario_err": s.get("err"),
+               "loso_err": (loso.get(p["id"]) or {}).get("err") if loso else None,
+               "failed": {k: v["failed"] for k, v in (("user", u), ("scenario", s)) if "failed" in v}}
         rows.append(row)
-        line = (f"{case['id'][:44]:<44} {row['gpu'][:14]:<14} {'H' if held else 'F'}{'W' if row['warm'] else ' '} "
-                + "  ".join(f"{m[:6]} {pred.get(m) or 0:9.3f}/{meas[m][1]:9.3f} {fmt_pct(err.get(m))}"
-                            for m in ("output_throughput", "ttft", "tpot") if m in meas))
+        line = (f"{p['id'][:44]:<44} {row['gpu'][:14]:<14} "
+                + "  ".join(f"{m[:3]} {fmt_pct((row['user_err'] or {}).get(m))}/{fmt_pct((row['scenario_err'] or {}).get(m))}"
+                            + (f"/{fmt_pct((row['loso_err'] or {}).get(m))}" if loso else "")
+                            for m in METRICS if m in p["meas"]))
         print(line, flush=True)
         if args.show_argv:
-            print("    kvplan " + " ".join(sim_argv) + (f"   # {'; '.join(notes)}" if notes else ""))
-    result = {"dev": summarize(rows, "DEV SET (every expressible case)"),
-              "fit_half": summarize([r for r in rows if not r["held_out"]], "FIT HALF (constants fitted here)"),
-              "held_out": summarize([r for r in rows if r["held_out"]], "HELD OUT (never fitted)"),
-              # The clock's two regimes apart: a GPU with its own measured kernel tables, and one that
-              # falls back to its catalog peaks with the nearest measured GPU's efficiencies.
-              "held_out_own_tables": summarize([r for r in rows if r["held_out"] and r["own_tables"]],
-                                               "HELD OUT, GPUs with their own measured kernel tables"),
-              "held_out_fallback": summarize([r for r in rows if r["held_out"] and not r["own_tables"]],
-                                             "HELD OUT, GPUs without kernel tables (roofline fallback)"),
-              "cold": summarize([r for r in rows if not r["warm"]], "COLD CASES (no earlier run documented)"),
-              "warm": summarize([r for r in rows if r["warm"]],
-                                "DOCUMENTED-WARM CASES (--warm-prompts: the series' previous run on the same server)")}
+            print("    user:     kvplan " + " ".join(p["user_argv"]))
+            print("    scenario: kvplan " + " ".join(p["scenario_argv"]) + (f"   # {'; '.join(p['notes'])}" if p["notes"] else ""))
+    cols = [("fit, user view", "user_err"), ("fit, scenario view", "scenario_err")]
+    if loso:
+        cols.append(("LOSO, user view", "loso_err"))
+    print("\nmedian |error|: output throughput, TTFT, TPOT (median, else mean, as published)")
+    result = {"source": table("PER SOURCE GROUP", by(rows, lambda r: [r["source"]]), cols),
+              "gpu": table("PER GPU", by(rows, lambda r: [r["gpu"]]), cols),
+              "regime": table("PER REGIME", by(rows, lambda r: r["regimes"]), cols),
+              "own_tables": table("KERNEL TABLES", by(rows, lambda r: ["GPU with its own tables" if r["gpu"] in _own()
+                                                                       else "roofline fallback"]), cols)}
+    if fits:
+        result["loso_fits"] = fits
+    print(f"\nnot expressed or excluded: {len(skipped)} of {len(skipped) + len(rows)}")
     reasons: dict[str, int] = {}
     for _, why in skipped:
         key = re.sub(r"\d+(\.\d+)?", "N", why)[:110]
         reasons[key] = reasons.get(key, 0) + 1
-    print(f"\nnot expressed: {len(skipped)} of {len(skipped) + len(rows)}")
     for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"  {n:3d}  {why}")
     if not args.no_validation and not args.only:
         from gpu_validation import run_validation
 
-        result["validation"] = run_validation(flags, run_case)
-    if args.write_validation and not args.only:
+        result["validation"] = run_validation(run_case)
+    if args.write_validation and not args.only and loso:
         write_validation(result)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "skipped": skipped, "summary": result}, indent=1) + "\n")
+    print(f"\n({time.time() - t0:.0f} s)")
     return 0
+
+
+def _own() -> set:
+    from kvplan.sim import kernels
+
+    return set(kernels.available())
 
 
 if __name__ == "__main__":

@@ -37,57 +37,48 @@ def _rows():
         yield from csv.DictReader(line for line in f if not line.startswith("#"))
 
 
-def cases(flags: set) -> list[tuple[str, str, list, dict]]:
+def cases() -> list[tuple[str, str, list, dict]]:
     out = []
-    closed = "--max-concurrency" in flags
     for r in _rows():
         model, extra = MODEL[r["model_path"]]
         c, isl, osl = int(r["batch_size"]), int(r["isl"]), int(r["osl"])
         argv = ["simulate", "--model", model, "--gpu", GPU[r["system"]], "-tp", r["tp_size"], *extra]
-        ver = r["backend_version"]
-        if ver and tuple(int(x) for x in ver.split(".")[:2]) < (0, 13):
-            argv.append("--no-async-scheduling")
-        if closed:
-            # The traffic of these runs as InferenceMAX's client sends it (its README: bench_serving/
-            # benchmark_serving.py --random-range-ratio 0.8 --num-prompts CONC*10 --max-concurrency
-            # CONC --request-rate inf --ignore-eos; server --max-num-batched-tokens 8192
-            # --no-enable-prefix-caching), which AIConfigurator's replay of its measured points also
-            # assumes (ai-dynamo/aisimulate scripts/e2e_accuracy: request_count 10 x concurrency,
-            # random_range_ratio 0.8, seed 0). The Llama-3.1-70B rows are InferenceMAX's grid
-            # (isl/osl 1024/1024, 1024/8192, 8192/1024); for the others it is an assumption. That
-            # client draws lengths uniform in [0.8 L, L] (np.random.randint(int(L * 0.8), L + 1)),
-            # vLLM's bench in [c(1 - r), c(1 + r)]: the same range with c = 0.9 L, r = 0.1 / 0.9.
-            # Unequal lengths de-synchronise the closed loop: later requests arrive staggered.
-            lo = AIC_RANGE_RATIO
-            center_in, center_out = round(isl * (1 + lo) / 2), round(osl * (1 + lo) / 2)
-            ratio = round((1 - lo) / (1 + lo), 4)
-            argv += ["--dataset-name", "random", "--random-input-len", str(center_in), "--random-output-len",
-                     str(center_out), "--random-range-ratio", str(ratio), "--seed", "0", "--max-concurrency", str(c),
-                     "--num-prompts", str(AIC_PROMPTS_PER_CONCURRENCY * c), "--request-rate", "inf", "--ignore-eos",
-                     "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]
-        else:
-            argv += ["--num-requests", str(c), "--input-len", str(isl), "--output-len", str(osl), "--rate", "1e9",
-                     "--arrival", "constant"]
+        if r["backend_version"]:
+            argv += ["--vllm-version", r["backend_version"]]
+        # The traffic of these runs as InferenceMAX's client sends it (its README: bench_serving/
+        # benchmark_serving.py --random-range-ratio 0.8 --num-prompts CONC*10 --max-concurrency
+        # CONC --request-rate inf --ignore-eos; server --max-num-batched-tokens 8192
+        # --no-enable-prefix-caching), which AIConfigurator's replay of its measured points also
+        # assumes (ai-dynamo/aisimulate scripts/e2e_accuracy: request_count 10 x concurrency,
+        # random_range_ratio 0.8, seed 0). The Llama-3.1-70B rows are InferenceMAX's grid
+        # (isl/osl 1024/1024, 1024/8192, 8192/1024); for the others it is an assumption. That
+        # client draws lengths uniform in [0.8 L, L] (np.random.randint(int(L * 0.8), L + 1)),
+        # vLLM's bench in [c(1 - r), c(1 + r)]: the same range with c = 0.9 L, r = 0.1 / 0.9.
+        # Unequal lengths de-synchronise the closed loop: later requests arrive staggered.
+        lo = AIC_RANGE_RATIO
+        center_in, center_out = round(isl * (1 + lo) / 2), round(osl * (1 + lo) / 2)
+        ratio = round((1 - lo) / (1 + lo), 4)
+        argv += ["--dataset-name", "random", "--random-input-len", str(center_in), "--random-output-len",
+                 str(center_out), "--random-range-ratio", str(ratio), "--seed", "0", "--max-concurrency", str(c),
+                 "--num-prompts", str(AIC_PROMPTS_PER_CONCURRENCY * c), "--request-rate", "inf", "--ignore-eos",
+                 "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]
         out.append(("AIC silicon", f"{r['model_path']} {r['system']} TP{r['tp_size']} {isl}/{osl} c{c}",
                     argv + ["--format", "json"],
                     {"ttft": float(r["silicon_ttft_ms"]) / 1e3, "tpot": float(r["silicon_tpot_ms"]) / 1e3}))
     for model, tp, ctx, tpot in BLIS_SYNC:
         isl, osl = max(16, ctx - 128), 256
         argv = ["simulate", "--model", model, "--gpu", "H100", "-tp", str(tp)]
-        if closed:
-            argv += ["--dataset-name", "random", "--random-input-len", str(isl), "--random-output-len", str(osl),
-                     "--max-concurrency", "1", "--num-prompts", "4", "--request-rate", "inf", "--ignore-eos"]
-        else:
-            argv += ["--num-requests", "1", "--input-len", str(isl), "--output-len", str(osl), "--rate", "1"]
+        argv += ["--dataset-name", "random", "--random-input-len", str(isl), "--random-output-len", str(osl),
+                 "--max-concurrency", "1", "--num-prompts", "4", "--request-rate", "inf", "--ignore-eos"]
         out.append(("BLIS GuideLLM sync", f"{model} H100 TP{tp} ctx~{ctx} c1", argv + ["--format", "json"],
                     {"tpot": tpot}))
     return out
 
 
-def run_validation(flags: set, run_case) -> dict:
+def run_validation(run_case) -> dict:
     print("\nVALIDATION (published results outside the dev set; never fitted)")
     errs: dict = {}
-    for source, label, argv, meas in cases(flags):
+    for source, label, argv, meas in cases():
         try:
             d = run_case(argv)
         except Exception as exc:  # noqa: BLE001
