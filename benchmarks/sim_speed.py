@@ -4,6 +4,7 @@ trace (10k / 100k / 1M), and a 200-configuration ``kvplan tune`` sweep when kvpl
 
     .venv/bin/python benchmarks/sim_speed.py              # 10k, 100k, 1M + the sweep
     .venv/bin/python benchmarks/sim_speed.py --quick      # 10k only, 3 repeats
+    .venv/bin/python benchmarks/sim_speed.py --against /path/to/other/checkout/src   # side by side
 
 Prints numbers; asserts nothing (performance lives here, never in timed tests). Trace generation
 (7 us per request: each request draws its lengths from its own seeded RNG, exactly as kvplan
@@ -80,12 +81,77 @@ def sweep(n_requests: int, rate: float) -> None:
           f"({wall / max(1, res.simulated):.2f} s per configuration, backend {res.backend})", flush=True)
 
 
+MEASURES = {"10k requests @ 50 req/s": (10_000, 50.0), "10k requests @ 2 req/s": (10_000, 2.0),
+            "200-configuration tune sweep": None}
+
+
+def measure(name: str) -> float:
+    """Seconds of one measurement (simulate: this process's CPU time, best of 3; the sweep: wall
+    time of its worker pool, once)."""
+    spec = MEASURES[name]
+    if spec is None:
+        from kvplan.sim.tune import TuneSpace, tune
+        from kvplan.slo import parse_slo
+
+        req, _ = _setup(gpu="H100")
+        space = TuneSpace(max_num_seqs=(32, 64, 128, 256, 512),
+                          max_num_batched_tokens=(None, 2048, 4096, 16384, 32768),
+                          gpu_memory_utilization=(0.8, 0.85, 0.9, 0.95), kv_cache_dtype=("auto", "fp8"))
+        tr = _trace(1000, 2.0)
+        t0 = time.perf_counter()
+        tune(req, tr, parse_slo("ttft_p99=2s,tpot_p99=100ms"), space=space, exhaustive=True)
+        return time.perf_counter() - t0
+    from kvplan.sim import simulate
+
+    n, rate = spec
+    req, pr = _setup()
+    tr = _trace(n, rate)
+    cpu = []
+    for _ in range(3):
+        t0 = time.process_time()
+        simulate(req, tr, plan_result=pr)
+        cpu.append(time.process_time() - t0)
+    return min(cpu)  # CPU seconds: on a shared machine wall time mostly measures the neighbours
+
+
+def side_by_side(other_src: str, rounds: int) -> None:
+    """Each measurement in a fresh process for both source trees, alternating, best of ``rounds``."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    print(f"{'':<32} {'against':>10} {'this':>10} {'this/against':>13}   (against: {other_src})")
+    for name in MEASURES:
+        best = {"against": float("inf"), "this": float("inf")}
+        for _ in range(rounds):
+            for side, src in (("against", other_src), ("this", here)):
+                out = subprocess.run([sys.executable, __file__, "--measure", name], capture_output=True, text=True,
+                                     env={**os.environ, "PYTHONPATH": src}, check=True).stdout
+                best[side] = min(best[side], json.loads(out.strip().splitlines()[-1])["wall_s"])
+        print(f"{name:<32} {best['against']:>9.3f}s {best['this']:>9.3f}s {best['this'] / best['against']:>12.2f}x",
+              flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--against", metavar="SRC", help="another checkout's src/: print both side by side")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against: alternating rounds per measurement")
+    ap.add_argument("--measure", choices=sorted(MEASURES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.measure:
+        import json
+
+        print(json.dumps({"wall_s": measure(args.measure)}))
+        return 0
+    if args.against:
+        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        side_by_side(args.against, args.rounds)
+        return 0
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     if args.quick:

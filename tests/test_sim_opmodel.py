@@ -16,7 +16,7 @@ from kvplan.memory import PlanRequest, plan
 from kvplan.models import load_model
 from kvplan.sim import default_profile, simulate, synthetic_trace
 from kvplan.sim import kernels as K
-from kvplan.sim.opmodel import OperatorStepTime
+from kvplan.sim.stepmodel import StepModel
 from kvplan.workload.lengthdist import parse_length
 
 
@@ -49,7 +49,7 @@ def test_every_catalog_gpu_with_peaks_gets_a_model_and_says_where_its_efficienci
         if not pr.startup.ok:
             continue
         p = default_profile(req, pr)
-        assert isinstance(p, OperatorStepTime) and p.time(1, 1, 100, 0) > 0
+        assert isinstance(p, StepModel) and p.time(1, 1, 100, 0) > 0
         assert p.clock["kernel_tables_exact"] == (gpu.name in K.available())
         if not p.clock["kernel_tables_exact"]:
             assert any("no measured kernel tables" in n for n in p.notes)

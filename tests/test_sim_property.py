@@ -37,7 +37,7 @@ class _Audited(Engine):
     def _finish_step(self, *args):
         super()._finish_step(*args)
         assert self.pool.check() is None
-        if not self.simple:
+        if not self.counted:
             assert sum(r.held for r in self.running) == self.pool.usable - self.pool.free
             return
         used = 0

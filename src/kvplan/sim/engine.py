@@ -14,9 +14,15 @@ Per step, as ``Scheduler.schedule`` does:
    ``max_num_seqs`` run: prefix-cache lookup (full blocks, never the last prompt token),
    ``allocate_slots(full_sequence_must_fit=True)`` (``scheduler_reserve_full_isl``, default on:
    the whole prompt must fit, plus the watermark), else stop.
-3. The step runs for ``StepTimeProfile.time(tokens, seqs, kv_read, attn_pairs)`` seconds; every
-   request whose prompt is complete samples one token (``update_from_output``), and a request
-   stops at ``max_tokens`` or ``max_model_len`` (``check_stop``).
+3. The step runs for the step model's time of its :class:`~kvplan.sim.stepmodel.StepFeatures`
+   (``SchedulerOutput.features``); every request whose prompt is complete samples one token
+   (``update_from_output``), and a request stops at ``max_tokens`` or ``max_model_len``
+   (``check_stop``).
+
+The blocks are the KV manager's (:mod:`kvplan.sim.kvmanager`: one object per accounting scheme,
+chosen once); its ``counted`` scheme (one group holding every token) allows the fast paths below.
+A :class:`~kvplan.sim.recorder.StepRecorder` keeps a sample of the steps for the result's
+median-step breakdown.
 
 Speed: a decode costs nothing per request per step. Decoding requests advance together with a
 global counter ``G`` (a decoder's computed tokens are ``G + off``), so a step touches only the
@@ -30,15 +36,31 @@ from __future__ import annotations
 import math
 import heapq
 from collections import deque
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
-from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, KVAccounting, Req
-from .kvpool import BlockPool
+from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, DecodeBookkeeping, Req
+from .kvmanager import make_kv_manager
+from .recorder import StepRecorder
+from .stepmodel import StepFeatures
 
 _INF = math.inf
 
 
-class Engine(KVAccounting):
+class SchedulerOutput(NamedTuple):
+    """What one ``Scheduler.schedule`` returns, in vLLM's words where they exist:
+    ``total_num_scheduled_tokens``; the decoders that got their token (``num_scheduled_decodes``)
+    and those the token budget ran out before (``unscheduled_decodes``: they fall one step
+    behind); whether it preempted (``preempted_req_ids`` non-empty); and the step's
+    :class:`~kvplan.sim.stepmodel.StepFeatures` for the step model."""
+
+    total_num_scheduled_tokens: int
+    num_scheduled_decodes: int
+    unscheduled_decodes: list
+    preempted: bool
+    features: StepFeatures
+
+
+class Engine(DecodeBookkeeping):
     """One simulation. ``run()`` fills the per-request fields and the step aggregates."""
 
     def __init__(self, *, requests: Sequence, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
@@ -56,14 +78,18 @@ class Engine(KVAccounting):
         self.async_sched = async_scheduling
         self.interval = timeline_interval_s
         self.max_steps = max_steps
-        self._init_kv_groups(groups, sizing)  # the plan's KV groups: their specs count the blocks
-        self.caching = enable_prefix_caching and self.simple
+        # the plan's KV groups: one manager object counts their blocks (kvmanager.py)
+        self.kv = make_kv_manager(groups=groups, sizing=sizing, num_gpu_blocks=num_gpu_blocks, block_size=block_size,
+                                  max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                                  enable_prefix_caching=enable_prefix_caching, progress=self._num_computed)
+        #: the counted fast paths (decoders on one counter, decode stretches) apply
+        self.counted = self.kv.counted
+        self.caching = self.kv.prefix_caching
         self.watermark_blocks = int(watermark * num_gpu_blocks)
-        self.pool = BlockPool(num_gpu_blocks, block_size, self._ext_blocks)
+        self.pool = self.kv.pool
         self.reqs = [Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, r.prefix_id, r.prefix_tokens,
                          getattr(r, "root_id", None), getattr(r, "root_tokens", 0) // block_size)
                      for i, r in enumerate(requests)]
-        self.chains: dict = {}
         self.running: list[Req] = []
         self.waiting: deque = deque()
         self.G = 0
@@ -111,8 +137,12 @@ class Engine(KVAccounting):
         self.completed = 0  # requests finished so far
         self.last_step_end = 0.0  # when the last step ended, and how many requests it finished
         self.last_step_completed = 0
-        if warm_prefixes and self.caching:
-            self._warm(warm_prefixes)
+        self.recorder = StepRecorder()
+        self._record_countdown = 1
+        #: per-sequence features the step model reads beyond the step's sums (filled only then)
+        self._needs = tuple(getattr(profile, "needs", ()) or ())
+        if warm_prefixes:
+            self.kv.warm(warm_prefixes)
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> "Engine":
@@ -155,7 +185,8 @@ class Engine(KVAccounting):
         max_model_len, pool = self.max_model_len, self.pool
         nxt = self._nxt
         rejected_reasons = self.rejected_reasons
-        never_fit = self._admission_blocks
+        never_fits = self.kv.never_fits
+        prof_time = self.profile.time
         slots = self.slots
         while True:
             if self.t >= horizon:
@@ -184,7 +215,7 @@ class Engine(KVAccounting):
                     continue
                 # get_max_tokens: max_tokens is clamped to max_model_len - prompt, never rejected
                 r.max_tokens = max(1, min(r.max_tokens, max_model_len - r.num_prompt_tokens))
-                if never_fit(min(r.num_prompt_tokens + 1, max_model_len)) > pool.usable and self.simple:
+                if never_fits(min(r.num_prompt_tokens + 1, max_model_len)):
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
@@ -203,18 +234,20 @@ class Engine(KVAccounting):
                 continue
             if self.max_steps is not None and self.steps >= self.max_steps:
                 break
-            if (self.simple and self.n_dec and not self.pre and not self.waiting and not self.pending
-                    and not self._irregular):
+            if (self.counted and self.n_dec and not self.pre and not self.waiting and not self.pending
+                    and not self._irregular and not self._needs):
                 if self._decode_stretch(min(reqs[nxt].arrival if nxt < n else _INF, horizon)):
                     continue  # time moved: take in the arrivals before the next scheduled step
             t_start = self.t
-            tokens, seqs, kv_read, pairs, n_sched_dec, stalled, preempted = self._schedule(t_start)
+            out = self._schedule(t_start)
+            features = out.features
+            tokens = out.total_num_scheduled_tokens
             released = False
             if self.async_sched and self.pending:
                 for r in self.pending:
                     r.pending_free = False
                     self.running.remove(r)
-                    self._release(r)
+                    self.kv.free(r, self._num_computed(r))
                 self.pending = []
                 released = True
             if tokens == 0:
@@ -241,11 +274,16 @@ class Engine(KVAccounting):
                     self._last_end = -1.0
                     continue
                 break  # pragma: no cover - a stuck state; the remaining requests stay unfinished
-            dt = self.profile.time(tokens, seqs, kv_read, pairs)
+            dt = prof_time(tokens, features.num_seqs, features.kv_read_tokens, features.attn_pairs, features)
             t_end = t_start + dt
+            countdown = self._record_countdown - 1
+            if countdown:
+                self._record_countdown = countdown
+            else:  # every stride-th step is sampled for the median step's breakdown (recorder.py)
+                self._record_countdown = self.recorder.add(dt, *features, 1)
             self.steps += 1
             self.busy_s += dt
-            self._finish_step(t_start, t_end, n_sched_dec, stalled)
+            self._finish_step(t_start, t_end, out.num_scheduled_decodes, out.unscheduled_decodes)
             self._last_start, self._last_end = t_start, t_end
             self.t = t_end
             self.step_tokens_acc += tokens
@@ -278,38 +316,6 @@ class Engine(KVAccounting):
         if self.slots is not None:
             heapq.heappush(self.slots, t)
             self._in_flight -= 1
-
-    def _warm(self, warm_prefixes: Sequence[tuple]) -> None:
-        """Prefix-cache chains computed before t = 0 (vllm bench's test request): their blocks sit
-        cached at the tail of the free queue, as a finished request leaves them."""
-        from .kvpool import Chain
-
-        pool, block_size = self.pool, self.block_size
-        # more than the pool holds: the oldest were evicted (LRU), keep the newest (the list's tail)
-        need, keep = 0, len(warm_prefixes)
-        while keep:
-            blocks = max(0, int(warm_prefixes[keep - 1][1]) // block_size
-                         - int(warm_prefixes[keep - 1][2]) // block_size)
-            if need + blocks > pool.free:
-                break
-            need, keep = need + blocks, keep - 1
-        for prefix_id, tokens, root_tokens in warm_prefixes[keep:]:
-            blocks = int(tokens) // block_size - int(root_tokens) // block_size
-            if blocks <= 0 or prefix_id in self.chains:
-                continue
-            blocks = min(blocks, pool.free)
-            if blocks <= 0:
-                break
-            # carve the blocks off the anonymous front run and put them back, cached, at the tail
-            front = pool.queue[0] if pool.queue else None
-            if front is None or front[0] is not None or front[2] - front[1] < blocks:
-                break
-            front[2] -= blocks
-            ch = self.chains[prefix_id] = Chain()
-            run = [ch, 0, blocks]
-            pool.queue.append(run)
-            ch.runs.append(run)
-            ch.cached = blocks
 
     def _next_finish(self) -> float:
         fh, fa = self.finish_heap, self.finish_at
@@ -347,6 +353,8 @@ class Engine(KVAccounting):
                 break
             owed += b
             dt = prof_time(n, n, kv, 0.0)
+            if not steps:
+                first_dt, first_kv = dt, kv
             itl.append((dt, n))
             last_start, last_end = t, t + dt
             t += dt
@@ -365,6 +373,12 @@ class Engine(KVAccounting):
                     self.next_sample += self.interval
         pool.take(owed)
         if steps:
+            # the stretch's steps differ only by their KV read: sampled as its first step, weighted
+            countdown = self._record_countdown - 1
+            if countdown:
+                self._record_countdown = countdown
+            else:
+                self._record_countdown = self.recorder.add(first_dt, n, n, first_kv, 0.0, 0, 0, 0, steps)
             u = 1.0 - pool.free / usable if usable else 0.0
             if u > self.kv_peak:
                 self.kv_peak = u
@@ -382,15 +396,15 @@ class Engine(KVAccounting):
                               "preemptions": self.preemptions})
         self.step_tokens_acc = 0
 
-    def _schedule(self, now: float):
-        """One ``Scheduler.schedule``: returns the step's shape and who got scheduled."""
+    def _schedule(self, now: float) -> SchedulerOutput:
+        """One ``Scheduler.schedule``: the step's shape and who got scheduled."""
         block_size, pool, running, G = self.block_size, self.pool, self.running, self.G
         token_budget = self.max_num_batched_tokens
         threshold = self.long_prefill_token_threshold if (len(running) + len(self.waiting)) > 1 else 0
         stalled: list[Req] = []
         preempted = False
         fast = False
-        if self.simple:
+        if self.counted:
             # plan the token budget: decoders take one token each, prefills what is left at their turn
             bucket = self.buckets[(-G) % block_size]
             need = len(bucket)
@@ -430,19 +444,39 @@ class Engine(KVAccounting):
         tokens = n_sched_dec
         seqs = n_sched_dec
         pairs = 0.0
+        prefill_tokens = prefill_seqs = 0
         for p in self.pre:
             num_new_tokens = p.num_scheduled_tokens
             if num_new_tokens > 0:
                 tokens += num_new_tokens
                 seqs += 1
+                prefill_tokens += num_new_tokens
+                prefill_seqs += 1
                 kv_read += p.num_computed_tokens + num_new_tokens
                 pairs += num_new_tokens * p.num_computed_tokens + num_new_tokens * num_new_tokens / 2.0
-        return tokens, seqs, kv_read, pairs, n_sched_dec, stalled, preempted
+        longest = self._max_context(stalled) if self._needs else 0
+        features = StepFeatures(tokens, seqs, kv_read, pairs, prefill_tokens, prefill_seqs, longest)
+        return SchedulerOutput(tokens, n_sched_dec, stalled, preempted, features)
+
+    def _max_context(self, stalled: list) -> int:
+        """The longest context this step computes over (only when the step model asks: O(running))."""
+        longest = 0
+        G = self.G
+        for r in self.running:
+            if r.status == DECODE and r not in stalled:
+                ctx = G + r.off + 1
+            elif r.status == PREFILL and r.num_scheduled_tokens > 0:
+                ctx = r.num_computed_tokens + r.num_scheduled_tokens
+            else:
+                continue
+            if ctx > longest:
+                longest = ctx
+        return longest
 
     def _schedule_exact(self, now: float, token_budget: int, threshold: int):
         """The running loop of ``Scheduler.schedule`` request by request (preemption possible)."""
-        block_size, pool, running, G = self.block_size, self.pool, self.running, self.G
-        simple = self.simple
+        pool, running, G = self.pool, self.running, self.G
+        blocks_to_allocate, allocated = self.kv.blocks_to_allocate, self.kv.allocated
         preempted = False
         for p in self.pre:
             p.num_scheduled_tokens = 0
@@ -464,11 +498,7 @@ class Engine(KVAccounting):
                 if num_new_tokens <= 0:
                     i += 1
                     continue
-            if simple:
-                need = (-(-(num_computed_tokens + num_new_tokens) // block_size)
-                        - (-(-num_computed_tokens // block_size)))
-            else:
-                need = self._blocks(num_computed_tokens + num_new_tokens, num_computed_tokens) - r.held
+            need = blocks_to_allocate(r, num_computed_tokens, num_new_tokens)
             while need > pool.free:
                 victim = running.pop()
                 self._preempt(victim, now)
@@ -481,8 +511,7 @@ class Engine(KVAccounting):
                 pool.take(need)
             else:  # a sliding window moved past whole blocks (remove_skipped_blocks)
                 pool.release_anonymous(-need)
-            if not simple:
-                r.held += need
+            allocated(r, need)
             if r.status == PREFILL:
                 r.num_scheduled_tokens = num_new_tokens
             token_budget -= num_new_tokens
@@ -499,13 +528,14 @@ class Engine(KVAccounting):
     def _schedule_waiting(self, now: float, token_budget: int, threshold: int) -> int:
         """The WAITING loop of ``Scheduler.schedule``: admit while the token budget and KV allow."""
         block_size, pool, running, waiting = self.block_size, self.pool, self.running, self.waiting
-        max_model_len = self.max_model_len
+        max_model_len, kv = self.max_model_len, self.kv
         while token_budget > 0 and waiting:
             if len(running) >= self.max_num_seqs:
                 break
             r = waiting[0]
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
-            hr, hs, hp, ev = self._lookup(r, num_tokens)
+            hits = kv.lookup(r, num_tokens)
+            hr, hs, hp, ev = hits
             hit_b = hr + hs + hp
             hit = hit_b * block_size
             num_new_tokens = num_tokens - hit
@@ -514,21 +544,13 @@ class Engine(KVAccounting):
             if num_new_tokens > token_budget:
                 num_new_tokens = token_budget
             wm = self.watermark_blocks if running else 0
-            if self.simple:
-                full_need = -(-min(num_tokens, max_model_len) // block_size) - hit_b + ev
-                need = -(-(hit + num_new_tokens) // block_size) - hit_b
-            else:
-                full_need = self._admission_blocks(min(num_tokens, max_model_len))
-                need = self._blocks(num_new_tokens, 0)
+            full_need, need = kv.admission(num_tokens, max_model_len, hit_b, ev, num_new_tokens)
             if full_need + wm > pool.free or need + ev + wm > pool.free:
                 break  # allocate_slots returns None: the full prompt, then this chunk, must fit
             waiting.popleft()
             running.append(r)
-            if self.simple:
-                self._admit_blocks(r, hr, hs, hp)
+            kv.admit(r, hits, need)
             pool.take(need)
-            if not self.simple:
-                r.held = need
             r.num_computed_tokens = hit
             r.hit_tokens += hit
             self.cached_tokens += hit
@@ -612,4 +634,4 @@ class Engine(KVAccounting):
                 self.pending.append(r)
             else:
                 self.running.remove(r)
-                self._release(r)
+                self.kv.free(r, self._num_computed(r))

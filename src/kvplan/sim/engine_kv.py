@@ -1,14 +1,11 @@
-"""Per-request bookkeeping for the step loop (:mod:`kvplan.sim.engine`): blocks held per KV
-group, release to the free queue, prefix-cache lookup and admission, preemption, and the lazy
-state of decoding requests (computed tokens = ``G + off``), following
-``vllm/v1/core/kv_cache_manager.py`` and ``single_type_kv_cache_manager.py`` (0.32). The pool and
-its hash chains are :mod:`kvplan.sim.kvpool`."""
+"""Per-request state for the step loop (:mod:`kvplan.sim.engine`): the request record, preemption
+(``Scheduler._preempt_request``, 0.32) and the lazy state of decoding requests (computed tokens =
+``G + off``). The KV blocks are the KV manager's (:mod:`kvplan.sim.kvmanager`)."""
 from __future__ import annotations
 
 import heapq
-from typing import Optional, Sequence
+from typing import Optional
 
-from ..memory.kv_specs import FullAttentionSpec, SizingContext
 from .kvpool import Chain
 
 WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
@@ -55,178 +52,13 @@ class Req:
         self.hit_tokens = 0
 
 
-class KVAccounting:
-    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``pool``, ``block_size``, ``G``,
-    ``caching``, ``chains``; :meth:`_init_kv_groups` sets ``groups`` and ``simple``)."""
+class DecodeBookkeeping:
+    """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``kv``, ``G``, ``buckets``,
+    ``finish_at``, ``pre``, ``running``, ``waiting``): the lazy state of decoding requests (computed
+    tokens = ``G + off``), preemption, and skipped steps."""
 
-    # -- lazy views ---------------------------------------------------------------------------
     def _num_computed(self, r: Req) -> int:
         return self.G + r.off if r.status == DECODE else r.num_computed_tokens
-
-    def _ext_blocks(self, r: Req, chain: Chain) -> int:
-        """Blocks of ``chain`` that its extender ``r`` holds so far (full blocks of computed tokens;
-        a conversation chain counts from the end of the root, a private one from ``pv_base``)."""
-        num_computed_tokens = self.G + r.off if r.status == DECODE else r.num_computed_tokens
-        full = num_computed_tokens // self.block_size
-        if chain is r.root:
-            return full if full < r.root_blocks else r.root_blocks
-        if chain is r.sh:
-            return full - r.root_blocks if full > r.root_blocks else 0
-        return full - r.pv_base
-
-    # -- KV accounting --------------------------------------------------------------------------
-    def _init_kv_groups(self, groups: Sequence, sizing: Optional[SizingContext]) -> None:
-        """The plan's KV groups (:class:`kvplan.memory.KVGroupInfo`, or bare KV specs): each
-        group's spec counts its blocks (``spec_manager_map``: one manager per group). Their
-        methods are bound here, once, for the step loop."""
-        specs = tuple(getattr(g, "spec", g) for g in groups)
-        if any(s is None for s in specs):
-            raise ValueError("every KV group needs its KV spec (KVGroupInfo.spec)")
-        if not specs:  # one full-attention group: the shape of the KV does not matter here
-            specs = (FullAttentionSpec(self.block_size, num_kv_heads=1, head_size=1, head_size_v=1, dtype_bytes=1),)
-        if sizing is None:  # one batch in flight
-            sizing = SizingContext(self.max_model_len, self.max_num_batched_tokens, self.max_num_batched_tokens)
-        self.groups = specs
-        # One group that holds every token (full attention, MLA) is the fast path: the step loop
-        # counts its blocks inline (cdiv of the tokens) and shares prefix-cache chains.
-        self.simple = len(specs) == 1 and not specs[0].bounded
-        self._held_fns = tuple(s.blocks_held for s in specs)
-        self._admit_fns = tuple(s.admission_counter(sizing) for s in specs)
-
-    def _blocks(self, slots: int, processed: int) -> int:
-        """Blocks a request holds with ``slots`` token slots, ``processed`` tokens computed
-        (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` / ``remove_skipped_blocks``)."""
-        n = 0
-        for held in self._held_fns:
-            n += held(slots, processed)
-        return n
-
-    def _admission_blocks(self, tokens: int) -> int:
-        """``get_num_blocks_to_allocate(apply_admission_cap=True)`` for the whole prompt."""
-        n = 0
-        for admit in self._admit_fns:
-            n += admit(tokens)
-        return n
-
-    # -- requests in and out ----------------------------------------------------------------------
-    def _release(self, r: Req, preempted: bool = False) -> None:
-        """``KVCacheManager.free``: every block back to the free queue, tail first. A preempted
-        request's own full blocks stay findable (its private chain: it hits them when it resumes);
-        a finished request's are anonymous (nobody else has their tokens)."""
-        pool = self.pool
-        num_computed_tokens = self._num_computed(r)
-        if not self.simple:
-            pool.release_anonymous(r.held)
-            r.held = 0
-            return
-        total = -(-num_computed_tokens // self.block_size)
-        full = num_computed_tokens // self.block_size
-        root_blocks = r.root_blocks
-        root_h = (full if full < root_blocks else root_blocks) if r.root_ext else r.root_h
-        pv = r.pv if r.ext is not None and r.ext is r.pv else None
-        pv_h = 0
-        if r.ext is not None and r.ext is r.sh:
-            sh_h = full - root_blocks if full > root_blocks else 0
-        else:
-            sh_h = r.sh_h
-            pv_h = max(0, full - r.pv_base) if self.caching else 0
-            if pv is None and pv_h and preempted:
-                pv = r.pv = Chain()  # created only now: most requests are never preempted
-        anon = total - root_h - sh_h - (pv_h if pv is not None else 0)
-        pool.release_anonymous(anon)
-        if pv is not None:
-            if pv_h > 0:
-                pool.release_holder(pv, pv_h, was_extender=True)
-            else:
-                pv.extender = None
-        if not preempted:
-            r.pv = None
-        if r.sh is not None:
-            pool.release_holder(r.sh, sh_h, was_extender=r.ext is r.sh)
-        if r.root is not None:
-            pool.release_holder(r.root, root_h, was_extender=r.root_ext)
-        r.ext = None
-        r.sh_h = 0
-        r.root_h = 0
-        r.root_ext = False
-
-    def _lookup(self, r: Req, num_tokens: int) -> tuple[int, int, int, int]:
-        """Prefix-cache hit in blocks: (root blocks, conversation blocks, private blocks, evictable
-        among them). ``get_computed_blocks``: at most ``num_tokens - 1`` tokens, full blocks only,
-        and a chain of hashes: nothing past the first missing block."""
-        if not self.caching:
-            return 0, 0, 0, 0
-        pool, block_size, root_blocks = self.pool, self.block_size, r.root_blocks
-        cap = (num_tokens - 1) // block_size
-        hr = hs = ev = 0
-        if r.root_id is not None:
-            rc = self.chains.get(r.root_id)
-            if rc is not None:
-                hr = min(pool.cached(rc), root_blocks, cap)
-                ev += pool.evictable(rc, hr)
-        if r.prefix_id is not None and hr == root_blocks:
-            ch = self.chains.get(r.prefix_id)
-            if ch is not None:
-                # the chain's top blocks are this request's own tokens when it extended them last
-                own = ch.extender is None and ch.last_extender is r
-                lim = (cap if own else min(cap, r.prefix_tokens // block_size)) - root_blocks
-                hs = max(0, min(pool.cached(ch), lim))
-                ev += pool.evictable(ch, hs)
-        hp = 0
-        base = hr + hs
-        if r.pv is not None and r.pv_base == base and base < cap:
-            hp = min(r.pv.cached, cap - base)
-            ev += hp  # a private chain has no other holder: its cached blocks are all free
-        return hr, hs, hp, ev
-
-    def _admit_blocks(self, r: Req, hr: int, hs: int, hp: int) -> None:
-        """Take the hit blocks out of the queue and decide which chains the new blocks extend."""
-        pool, chains = self.pool, self.chains
-        if not self.caching:
-            r.root = r.sh = r.ext = r.pv = None
-            r.sh_h = r.root_h = r.pv_base = 0
-            return
-        if r.root_id is not None:
-            rc = chains.get(r.root_id)
-            if rc is None:
-                rc = chains[r.root_id] = Chain()
-            r.root = rc
-            if hr > 0:
-                pool.touch(rc, hr)
-            if rc.extender is None and hr < r.root_blocks and hr == pool.cached(rc) and hp == 0:
-                # it computes the rest of the root for everyone (a resume that continues into its
-                # own private blocks already holds that content there)
-                r.root_ext = True
-                rc.extender = r
-                r.root_h = 0
-            else:
-                r.root_ext = False
-                pool.add_holder(rc, hr)
-                r.root_h = hr
-        ch = chains.get(r.prefix_id) if r.prefix_id is not None else None
-        if ch is None and r.prefix_id is not None:
-            ch = chains[r.prefix_id] = Chain()
-        r.sh = ch
-        if ch is not None and hs > 0:
-            pool.touch(ch, hs)
-        if hp > 0:
-            pool.touch(r.pv, hp)  # private chain indices are relative to pv_base
-            r.ext = r.pv
-            r.pv.extender = r
-        elif (ch is not None and ch.extender is None and hs == pool.cached(ch)
-              and (hr == r.root_blocks or r.root_ext)):
-            r.ext = ch
-            ch.extender = r
-            r.sh_h = 0
-            r.pv = None
-            return
-        else:
-            r.ext = None  # its own blocks: a private chain is made only if it is preempted
-            r.pv = None
-            r.pv_base = r.root_blocks if r.root_ext else hr + hs
-        if ch is not None and hs > 0:
-            pool.add_holder(ch, hs)
-        r.sh_h = hs
 
     # -- preemption and the decoders' lazy state -------------------------------------------
     def _preempt(self, r: Req, now: float) -> None:
@@ -246,10 +78,10 @@ class KVAccounting:
         if r.pending_free:  # finished already; its output is delivered, the request ends
             r.pending_free = False
             self.pending.remove(r)
-            self._release(r)
+            self.kv.free(r, num_computed_tokens)
             r.status = DONE
             return
-        self._release(r, preempted=True)
+        self.kv.free(r, num_computed_tokens, preempted=True)
         r.status = WAITING
         r.num_computed_tokens = 0
         r.irregular = True

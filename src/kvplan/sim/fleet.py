@@ -191,7 +191,8 @@ class FleetView:
         self.pool = _PoolView(e0.pool.num_blocks, e0.pool.usable)
         self.block_size = e0.block_size
         self.caching = e0.caching
-        self.simple = e0.simple
+        self.counted = e0.counted
+        self.recorder = e0.recorder  # the median step shown is replica 0's
         self.kv_peak = max(e.kv_peak for e in self.engines)
         self.t = max(e.t for e in self.engines)
         self.max_waiting = max(e.max_waiting for e in self.engines)

@@ -1,5 +1,6 @@
-"""The GPU step-time model: per-operator times summed over the model's layers, from measured
-vLLM kernel speeds (:mod:`kvplan.sim.kernels`) plus a few overheads fitted to the development set.
+"""The GPU step-time model's builder: per-operator cost terms (:mod:`kvplan.sim.costterms`) over
+measured vLLM kernel speeds (:mod:`kvplan.sim.kernels`) plus a few overheads fitted to the
+development set, composed by :class:`kvplan.sim.stepmodel.StepModel`.
 
 One engine step of ``tokens`` scheduled tokens over ``seqs`` sequences, reading ``kv`` KV entries
 and computing ``pairs`` (query, key) pairs of prefill attention, takes
@@ -13,18 +14,19 @@ and computing ``pairs`` (query, key) pairs of prefill attention, takes
     cpu = scheduler + input preparation + output processing (per step, per sequence)
     step = max(gpu, cpu) with async scheduling (the CPU work of step k+1 overlaps step k),
            gpu + cpu without it
-
-Everything that depends on ``tokens`` or ``seqs`` alone is memoised per value (the simulator
-asks the same few hundred values millions of times), the rest is linear: a step costs two dict
-lookups and a few multiplications.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Optional
+
+from .costterms import (AllReduce, Attention, DenseLinears, Elementwise, EngineCore, LayerGaps, LinearAttentionState,
+                        LMHead, MoEExperts, PipelineStages, Sampler)
+from .stepmodel import CostTerm, StepModel, pad_to_capture
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
+    from .engine_config import EngineConfig
 
 MODEL_FORMAT = "kvplan-step-model/1"
 MODEL_FORM = "per-operator sum over layers (measured kernel tables) + fitted overheads"
@@ -70,94 +72,6 @@ class Overheads:
 
 
 DEFAULT_OVERHEADS = Overheads()
-#: vLLM's CUDA-graph capture sizes (0.11+ default, max_cudagraph_capture_size 512): a batch of up
-#: to 512 tokens runs padded to the next size (vllm/config/compilation.py).
-_CAPTURE = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
-
-
-def _pad(tokens: int) -> int:
-    if tokens > _CAPTURE[-1]:
-        return tokens
-    lo, hi = 0, len(_CAPTURE) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _CAPTURE[mid] >= tokens:
-            hi = mid
-        else:
-            lo = mid + 1
-    return _CAPTURE[lo]
-
-
-@dataclass(frozen=True)
-class OperatorStepTime:
-    """A step-time model with the interface of :class:`kvplan.sim.steptime.StepTimeProfile`
-    (``time``, ``step_time``, ``to_dict``, ``source``, ``request_overhead_s``)."""
-
-    per_kv_token_s: float
-    per_attn_pair_s: float
-    prefill_fixed_s: float  # attention launch of the prefill kernel, per layer, in steps with prefill
-    sliding_per_kv_token_s: float
-    sliding_window: int
-    fixed_gpu_s: float
-    cpu_step_s: float
-    cpu_seq_s: float
-    async_overlap: bool
-    request_overhead_s: float
-    api_request_s: float
-    api_prompt_token_s: float
-    source: str
-    device: str
-    clock: dict
-    notes: tuple[str, ...] = ()
-    components: dict = field(default_factory=dict)
-    _tok_fn: Any = field(default=None, compare=False, repr=False)
-    _seq_fn: Any = field(default=None, compare=False, repr=False)
-    _tok: dict = field(default_factory=dict, compare=False, repr=False)
-    _seq: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def time(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
-        a = self._tok.get(tokens)
-        if a is None:
-            a = self._tok[tokens] = self._tok_fn(tokens)
-        b = self._seq.get(num_seqs)
-        if b is None:
-            b = self._seq[num_seqs] = self._seq_fn(num_seqs)
-        gpu = a + b + self.fixed_gpu_s + self.per_kv_token_s * kv_read_tokens
-        if self.sliding_window:
-            cap = num_seqs * self.sliding_window
-            gpu += self.sliding_per_kv_token_s * (kv_read_tokens if kv_read_tokens < cap else cap)
-        if attn_pairs:
-            gpu += self.prefill_fixed_s + self.per_attn_pair_s * attn_pairs
-        cpu = self.cpu_step_s + self.cpu_seq_s * num_seqs
-        if self.async_overlap:
-            return gpu if gpu > cpu else cpu
-        return gpu + cpu
-
-    def step_time(self, shape) -> float:
-        return self.time(shape.prefill_tokens + shape.decode_tokens, shape.num_seqs, shape.kv_read_tokens,
-                         shape.attn_pairs)
-
-    def breakdown(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> dict:
-        """Seconds per component for one step (for docs and tests; not the hot path)."""
-        parts = {k: f(tokens) for k, f in self.components.get("per_token", {}).items()}
-        parts.update({k: f(num_seqs) for k, f in self.components.get("per_seq", {}).items()})
-        parts["kv_read"] = self.per_kv_token_s * kv_read_tokens
-        parts["prefill_attention"] = (self.prefill_fixed_s + self.per_attn_pair_s * attn_pairs) if attn_pairs else 0.0
-        parts["fixed"] = self.fixed_gpu_s
-        parts["cpu"] = self.cpu_step_s + self.cpu_seq_s * num_seqs
-        return parts
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": MODEL_FORMAT, "source": self.source, "device": self.device, "clock": dict(self.clock),
-                "per_kv_token_s": self.per_kv_token_s, "per_attn_pair_s": self.per_attn_pair_s,
-                "prefill_fixed_s": self.prefill_fixed_s, "sliding_per_kv_token_s": self.sliding_per_kv_token_s,
-                "sliding_window": self.sliding_window, "fixed_gpu_s": self.fixed_gpu_s,
-                "cpu_step_s": self.cpu_step_s, "cpu_seq_s": self.cpu_seq_s, "async_overlap": self.async_overlap,
-                "request_overhead_s": self.request_overhead_s, "api_request_s": self.api_request_s,
-                "api_prompt_token_s": self.api_prompt_token_s, "notes": list(self.notes),
-                # what one step costs at a few shapes, so a reader sees the clock without running it
-                "examples_s": {f"decode_{n}": round(self.time(n, n, n * 1024, 0.0), 6) for n in (1, 32, 256)}
-                | {"prefill_2048": round(self.time(2048, 1, 2048, 2048 * 2048 / 2.0), 6)}}
 
 
 def _weight_kind(t, quant) -> str:
@@ -179,30 +93,43 @@ def _weight_kind(t, quant) -> str:
 
 
 def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling: bool = True,
-          overheads: Optional[Overheads] = None, validation: Optional[dict] = None) -> OperatorStepTime:
+          overheads: Optional[Overheads] = None, validation: Optional[dict] = None) -> StepModel:
     """The operator model for ``request`` on its GPU (or the nearest measured GPU's efficiencies)."""
-    from ..memory.planner import _quantization
+    from .engine_config import EngineConfig
+
+    cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling)
+    return build_for(cfg, overheads=overheads, validation=validation)
+
+
+def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
+              validation: Optional[dict] = None) -> StepModel:
+    """The step model of a resolved engine configuration: its cost terms, in the order the model
+    sums them (stepmodel's docstring says how to add one)."""
     from ..models.params import MoEMLP, layer_tensors
-    from ..models.spec import LinearAttentionState, MLAttention, SlidingWindowAttention
+    from ..models.spec import LinearAttentionState as LinearStateMixer
+    from ..models.spec import MLAttention, SlidingWindowAttention
     from . import kernels as K
 
     ov = overheads or DEFAULT_OVERHEADS
-    gpu, spec = request.gpu, request.model
-    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    gpu, spec = cfg.gpu, cfg.model
+    tp, pp = cfg.tensor_parallel_size, cfg.pipeline_parallel_size
     table_name, exact = K.nearest_measured(gpu)
     table = K.load_table(table_name)
     gemm = K.gemm_table_for(table, gpu)
     bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
     f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
-    quant = _quantization(request)
-    kv_name = plan_result.flags.kv_cache_dtype
-    kv_bytes = 1.0 if kv_name.startswith("fp8") else 2.0
-    eager = plan_result.flags.enforce_eager
-    ar = K.AllReduce(table["allreduce"], tp, graph=not eager) if tp > 1 else None
-    cross_node = tp > max(1, request.gpus_per_node)
-    if cross_node:
+    quant = cfg.quantization
+    kv_name = cfg.kv_cache_dtype
+    kv_bytes = cfg.kv_bytes
+    eager = cfg.enforce_eager
+    cross_node = cfg.tp_across_nodes
+    if tp <= 1:
+        ar = None
+    elif cross_node:
         def ar(nbytes: float) -> float:  # NCCL ring over the network
             return ov.net_allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / (ov.net_bandwidth_gbs * 1e9)
+    else:
+        ar = K.AllReduce(table["allreduce"], tp, graph=not eager)
     wo = {k: K.weight_only_ratio(table, k) for k in ("int4", "mxfp4")}
     notes: list[str] = []
     if wo["mxfp4"] is None and wo["int4"] is not None:
@@ -218,7 +145,8 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
         return gemm.time(m, n, k, kind)
 
     # -- per-layer operators, grouped by identical layers -----------------------------------------
-    groups: dict[tuple, list] = {}
+    dense_groups: dict[tuple, int] = {}
+    moe_groups: dict[tuple, int] = {}
     window = 0
     sliding_layers = full_kv_bytes = sliding_kv_bytes = 0.0
     heads_total = 0.0
@@ -227,8 +155,7 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     layers = spec.layers
     for layer in layers:
         mix = layer.mixer
-        gemms: dict[tuple, float] = {}  # (k, kind) -> n, fused per input
-        moe = None
+        gemms: dict[tuple, float] = {}  # (name, k, kind) -> n, fused per input
         for t in layer_tensors(spec, layer):
             if not (t.quantizable or t.name == "router") or t.name.endswith("bias"):
                 continue
@@ -241,15 +168,16 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
             kind = "bfloat16" if t.name == "router" else _weight_kind(t, quant)
             key = (t.name in ("q_proj", "k_proj", "v_proj") and "qkv" or t.name, k_in, kind)
             gemms[key] = gemms.get(key, 0.0) + per_rank / k_in
+        shapes = tuple((n, k_in, kind) for (name, k_in, kind), n in sorted(gemms.items()))
+        dense_groups[shapes] = dense_groups.get(shapes, 0) + 1
         if isinstance(layer.mlp, MoEMLP):
             mlp = layer.mlp
             exp_t = next(t for t in layer_tensors(spec, layer) if t.expert)
             # gated experts (SwiGLU) have a fused gate+up of 2·inter; Nemotron-H's relu² experts 1·inter
             up = 2 if getattr(mlp, "gated", True) else 1
-            moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp, _weight_kind(exp_t, quant),
-                   up)
-        sig = (tuple(sorted(gemms.items())), moe)
-        groups.setdefault(sig, [0])[0] += 1
+            moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp,
+                   _weight_kind(exp_t, quant), up)
+            moe_groups[moe] = moe_groups.get(moe, 0) + 1
         # attention reads, heads, FLOPs
         if isinstance(mix, MLAttention):
             heads = max(1, mix.num_heads // tp)
@@ -257,7 +185,7 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
             full_kv_bytes += per_tok
             heads_total += heads
             pair_flops += 2.0 * heads * (mix.qk_nope_head_dim + mix.qk_rope_head_dim + mix.v_head_dim)
-        elif isinstance(mix, LinearAttentionState):
+        elif isinstance(mix, LinearStateMixer):
             # the recurrent state is read and written once per sequence per step
             state_bytes += 2.0 * max(1, mix.num_v_heads // tp) * mix.head_k_dim * mix.head_v_dim * 2.0
         else:
@@ -278,12 +206,7 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
     dec, pre = att["decode"], att["prefill"]
     kv_eff = dec["bandwidth_eff"] or 0.8
     fl_eff = pre["flops_eff"] or 0.5
-    attn_layers = max(1, sum(1 for lay in layers if not isinstance(lay.mixer, LinearAttentionState)))
-    per_kv_token_s = full_kv_bytes / (bw * kv_eff)
-    sliding_per_kv_token_s = sliding_kv_bytes / (bw * kv_eff)
-    per_attn_pair_s = pair_flops / (f16 * fl_eff)
-    # one kernel per token-head (both fits agree within 25%: the mean of the two is used)
-    tok_head_s = (dec["per_seq_head_s"] + pre["per_token_head_s"]) / 2.0
+    attn_layers = max(1, sum(1 for lay in layers if not isinstance(lay.mixer, LinearStateMixer)))
     d = spec.hidden_size
     vocab_rank = -(-spec.vocab_size // 64) * 64 / tp
 
@@ -338,99 +261,54 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
             t *= r(m) if r else 0.5
         return t
 
-    group_list = [(cnt[0], sig) for sig, cnt in groups.items()]
     elem_bytes_per_token = 0.0
     for layer in layers:
         ff = getattr(layer.mlp, "intermediate_size", 0) or getattr(layer.mlp, "expert_intermediate_size", 0)
         # norms (read + write d twice), residual adds, activation over gate/up, RoPE on q/k: bf16
         elem_bytes_per_token += (layer.norms * 2 + 4) * d * 2.0 + 3.0 * ff / tp * 2.0
 
-    def layers_per_token(m: int) -> float:
-        mm = m if eager else _pad(m)
-        tot = 0.0
-        for count, (gemms, moe) in group_list:
-            t = 0.0
-            for (name, k_in, kind), n in gemms:
-                t += gemm_t(mm, n, k_in, kind)
-            if moe is not None:
-                t += moe_t(mm, *moe)
-            tot += count * t
-        return tot
+    def pad(s: int) -> int:
+        return s if eager else pad_to_capture(s)
 
-    def comm_per_token(m: int) -> float:
-        if ar is None:
-            return 0.0
-        mm = m if eager else _pad(m)
-        return 2.0 * n_layers * ar(mm * d * 2.0)
-
-    def attn_per_token(m: int) -> float:
-        return tok_head_s * m * heads_total + elem_bytes_per_token * m / (bw * 0.8)
-
-    def gemm_and_comm(m: int) -> float:
-        return layers_per_token(m) + comm_per_token(m)
-
-    # Measured kernel times are not monotone in m (another kernel wins at 16 rows than at 8, the
-    # padded size jumps at a capture boundary): a simulator whose step gets cheaper with more work
-    # reorders the scheduler's choices for no physical reason. The GEMM + all-reduce part is
-    # therefore the running maximum over the sizes that really run (the capture sizes with CUDA
-    # graphs, every size eager; above them a 64-token grid, linear between), which also bounds the
-    # lookups per configuration.
-    envelope: dict = {}
-    sizes_below = list(range(1, _CAPTURE[-1] + 1)) if eager else list(_CAPTURE)
-    running = 0.0
-
-    def envelope_at_or_below(limit: int) -> None:
-        nonlocal running
-        while sizes_below and sizes_below[0] <= limit:
-            size = sizes_below.pop(0)
-            running = max(running, gemm_and_comm(size))
-            envelope[size] = running
-
-    grid: dict = {}
-
-    def grid_at(x: int) -> float:
-        # x a multiple of 64 above the capture sizes: the running maximum along the grid
-        value = grid.get(x)
-        if value is None:
-            below = _CAPTURE[-1]
-            if x - 64 > below:
-                below_value = grid_at(x - 64)
-            else:
-                envelope_at_or_below(below)
-                below_value = envelope[below]
-            value = grid[x] = max(below_value, gemm_and_comm(x))
-        return value
-
-    def tok_fn(m: int) -> float:
-        if m <= _CAPTURE[-1]:
-            size = m if eager else _pad(m)
-            if size not in envelope:
-                envelope_at_or_below(size)
-            return envelope[size] + attn_per_token(m)
-        lo = m - m % 64  # >= 512, the largest capture size, a multiple of 64
-        lo_value, hi_value = grid_at(lo), grid_at(lo + 64)
-        return lo_value + (hi_value - lo_value) * (m - lo) / 64.0 + attn_per_token(m)
-
-    def lm_head(s: int) -> float:
-        return gemm_t(s if eager else _pad(s), vocab_rank, d, "bfloat16") if s else 0.0
-
-    def seq_fn(s: int) -> float:
-        return lm_head(s) + ov.seq_s * s + attn_layers * dec["per_seq_s"] * s + state_bytes * s / (bw * 0.8)
-
-    # evaluate once so the lookups that add notes (a transferred MoE curve) have run
-    tok_fn(1)
-    if any("fused-MoE speed" in n for n in notes):
-        notes[:] = [n for n in notes if "Marlin int4 speed" not in n]
-    fixed = (ov.step_s + n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))
-             + attn_layers * dec["c0_s"])
-    if cross_node:
-        notes.append(f"TP {tp} spans {-(-tp // max(1, request.gpus_per_node))} nodes/containers: all-reduce over "
-                     f"the network ({ov.net_bandwidth_gbs:g} GB/s, {ov.net_allreduce_latency_s * 1e6:.0f} us each, "
-                     "fitted), not vLLM's custom all-reduce")
+    # -- the terms, in the order the model sums each part ----------------------------------------
+    terms: list[CostTerm] = [DenseLinears(name="linear layers (GEMM)", groups=tuple(
+        (count, shapes) for shapes, count in dense_groups.items()), gemm_time=gemm_t)]
+    if moe_groups:
+        terms.append(MoEExperts(name="MoE experts", groups=tuple((count, moe) for moe, count in moe_groups.items()),
+                                moe_time=moe_t))
+    if ar is not None:
+        terms.append(AllReduce(name="all-reduce", layers=n_layers, hidden=d, latency=ar, over_network=cross_node))
+    terms.append(LMHead(name="LM head", vocab_per_rank=vocab_rank, hidden=d, pad=pad, gemm_time=gemm_t))
+    terms.append(Sampler(name="sampler and step launch", fixed_s=ov.step_s, seq_s=ov.seq_s))
+    terms.append(LayerGaps(name="per-layer gaps" + (" and eager launches" if eager else ""),
+                           fixed_s=n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))))
+    # one kernel per token-head (the decode and prefill fits agree within 25%: their mean is used)
+    terms.append(Attention(
+        name="attention", fixed_s=attn_layers * dec["c0_s"], kv_token_s=full_kv_bytes / (bw * kv_eff),
+        window_kv_s=sliding_kv_bytes / (bw * kv_eff), window=window, pair_s=pair_flops / (f16 * fl_eff),
+        prefill_fixed_s=attn_layers * pre["c0_s"], token_head_s=(dec["per_seq_head_s"] + pre["per_token_head_s"]) / 2.0,
+        heads=heads_total, seq_s=attn_layers * dec["per_seq_s"]))
+    terms.append(Elementwise(name="elementwise (norms, activation, RoPE)", bytes_per_token=elem_bytes_per_token,
+                             bandwidth=bw * 0.8))
+    if state_bytes:
+        terms.append(LinearAttentionState(name="linear-attention state", bytes_per_seq=state_bytes,
+                                          bandwidth=bw * 0.8))
     if pp > 1:
         # a step passes every stage in turn (no micro-batch overlap): the layers already sum all
         # stages; each stage boundary adds a send/recv of the activations
-        fixed += (pp - 1) * 2e-5
+        terms.append(PipelineStages(name="pipeline stage boundaries", fixed_s=(pp - 1) * 2e-5))
+    terms.append(EngineCore(name="engine core (CPU)", fixed_s=ov.cpu_step_s, seq_s=ov.cpu_seq_s))
+    # evaluate the experts once so the lookups that add notes (a transferred MoE curve) have run
+    for term in terms:
+        if isinstance(term, MoEExperts):
+            term.padded(1)
+    if any("fused-MoE speed" in n for n in notes):
+        notes[:] = [n for n in notes if "Marlin int4 speed" not in n]
+    if cross_node:
+        notes.append(f"TP {tp} spans {-(-tp // max(1, cfg.gpus_per_node))} nodes/containers: all-reduce over "
+                     f"the network ({ov.net_bandwidth_gbs:g} GB/s, {ov.net_allreduce_latency_s * 1e6:.0f} us each, "
+                     "fitted), not vLLM's custom all-reduce")
+    if pp > 1:
         notes.append(f"pipeline parallel {pp}: stages run one after the other; one send/recv per boundary")
     if sliding_layers:
         notes.append(f"sliding-window layers read at most {window} tokens per sequence (mean context per step)")
@@ -443,23 +321,15 @@ def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling
         "model": MODEL_FORM,
         "kernel_tables": table_name, "kernel_tables_exact": exact, "kernels_vllm_version": version,
         "kernel_source": table["source"]["repo"] + "@" + table["source"]["commit"][:12],
-        "attention_fit": att_key, "cuda_graphs": not eager, "async_scheduling": async_scheduling,
+        "attention_fit": att_key, "cuda_graphs": not eager, "async_scheduling": cfg.async_scheduling,
         "overheads": ov.to_dict(),
         "validation": validation or validation_error(gpu.name, table_name),
     }
-    model = OperatorStepTime(
-        per_kv_token_s=per_kv_token_s, per_attn_pair_s=per_attn_pair_s,
-        prefill_fixed_s=attn_layers * pre["c0_s"], sliding_per_kv_token_s=sliding_per_kv_token_s,
-        sliding_window=window, fixed_gpu_s=fixed, cpu_step_s=ov.cpu_step_s, cpu_seq_s=ov.cpu_seq_s,
-        async_overlap=async_scheduling, request_overhead_s=ov.request_s,
-        api_request_s=ov.api_request_s, api_prompt_token_s=ov.api_prompt_token_s,
+    return StepModel(
+        terms=tuple(terms), async_overlap=cfg.async_scheduling, cuda_graphs=not eager,
+        request_overhead_s=ov.request_s, api_request_s=ov.api_request_s, api_prompt_token_s=ov.api_prompt_token_s,
         source=f"kernel model for {gpu.name} TP{tp}" + (f" PP{pp}" if pp > 1 else "") + f": {tables_desc}",
-        device=gpu.name, clock=clock, notes=tuple(notes),
-        components={"per_token": {"gemm": layers_per_token, "allreduce": comm_per_token,
-                                  "attention_tokens": attn_per_token},
-                    "per_seq": {"lm_head": lm_head}},
-        _tok_fn=tok_fn, _seq_fn=seq_fn)
-    return model
+        device=gpu.name, clock=clock, notes=tuple(notes))
 
 
 def validation_error(gpu_name: str, table_name: Optional[str] = None) -> dict:

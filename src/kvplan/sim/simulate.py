@@ -124,7 +124,7 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         lb = fleet["load_balancer"]
         notes.append(f"data_parallel_size {dp}: {dp} replicas behind the {lb['name']} load balancer ({lb['text']}; "
                      f"{lb['source']}); {fleet['mode']}")
-    if not engine.caching and enable_prefix_caching and not engine.simple:
+    if not engine.caching and enable_prefix_caching and not engine.counted:
         notes.append("hybrid KV layout: prefix caching is not modelled (every prompt is computed in full)")
     config = {
         "model": plan_result.model.id, "gpu": f.gpu, "device": f.device,
@@ -255,10 +255,34 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                   "prefix_caching": engine.caching},
         engine={"steps": engine.steps, "busy_s": _r(engine.busy_s), "simulated_s": _r(engine.t),
                 "max_waiting": engine.max_waiting, "mean_step_s": _r(engine.busy_s / engine.steps)
-                if engine.steps else None},
+                if engine.steps else None, "median_step": median_steps(engine, profile)},
         timeline=_coarsen(engine.timeline, MAX_TIMELINE_ROWS), first_token_order=tuple(engine.first_order), saturation=sat,
         profile=profile.to_dict(), trace=trace.to_dict(), checks=tuple(checks), per_request=per,
         samples={"ttft": cap(ttft), "e2e": cap(e2e), "tpot": cap(tpot)}, notes=notes)
+
+
+def median_steps(engine: Engine, profile) -> dict:
+    """Per phase (``prefill``: steps that compute prompt tokens; ``decode``: decode-only steps), the
+    median step's shape, duration and, for the GPU step model, its breakdown by cost term."""
+    out = {}
+    counts = engine.recorder.counts()
+    for phase in ("prefill", "decode"):
+        rec = engine.recorder.median_step(phase)
+        if rec is None:
+            continue
+        from .stepmodel import StepFeatures
+
+        dt, f = rec[0], StepFeatures(*rec[1:])
+        entry: dict[str, Any] = {"steps": counts[phase], "duration_s": _r(dt, 9), "features": f.to_dict()}
+        breakdown = getattr(profile, "breakdown", None)
+        if breakdown is not None:
+            b = breakdown(f)
+            entry["breakdown_s"] = {"gpu": {k: _r(v, 9) for k, v in b["gpu"].items()},
+                                    "cpu": {k: _r(v, 9) for k, v in b["cpu"].items()},
+                                    "gpu_s": _r(b["gpu_s"], 9), "cpu_s": _r(b["cpu_s"], 9),
+                                    "async_scheduling": b["async_scheduling"]}
+        out[phase] = entry
+    return out
 
 
 def clock_of(profile) -> dict:
@@ -294,8 +318,8 @@ def _coarsen(rows: list, cap: int) -> tuple:
 _STATUS = {0: "waiting", 1: "prefill", 2: "decode", 3: "completed", 4: "rejected"}
 
 
-def _r(x: Optional[float]) -> Optional[float]:
-    return None if x is None else round(x, 6)
+def _r(x: Optional[float], digits: int = 6) -> Optional[float]:
+    return None if x is None else round(x, digits)
 
 
 def _slope(pts: list[tuple[float, float]]) -> Optional[float]:

@@ -81,12 +81,15 @@ class StepTimeProfile:
     #: vLLM's own histogram measures it); fitted by `kvplan calibrate` from client timings.
     request_overhead_s: float = 0.0
 
-    def step_time(self, shape: StepShape) -> float:
-        return self.time(shape.prefill_tokens + shape.decode_tokens, shape.num_seqs,
-                         shape.kv_read_tokens, shape.attn_pairs)
+    def step_time(self, shape) -> float:
+        """The step's time from a :class:`StepShape` or the scheduler's
+        :class:`kvplan.sim.stepmodel.StepFeatures` (both have ``tokens``)."""
+        return self.time(shape.tokens, shape.num_seqs, shape.kv_read_tokens, shape.attn_pairs)
 
-    def time(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
-        """The same as :meth:`step_time` on plain numbers (the simulator's hot path)."""
+    def time(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float,
+             features=None) -> float:
+        """The same as :meth:`step_time` on plain numbers (the simulator's hot path; ``features``,
+        the step's StepFeatures, is not needed by a profile's sums)."""
         memory = self.weights_read_s + self.per_kv_token_s * kv_read_tokens
         compute = self.per_token_s * tokens + self.per_attn_pair_s * attn_pairs
         if memory > compute:

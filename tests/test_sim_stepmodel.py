@@ -1,0 +1,124 @@
+"""The GPU step model as a list of cost terms (kvplan.sim.stepmodel, kvplan.sim.costterms): each
+term computes its own seconds, the model's breakdown is the same list as its time, and a new term
+plugs in without touching the others."""
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis_profiles import examples
+
+from kvplan.hardware import find_gpu
+from kvplan.memory import PlanRequest, plan
+from kvplan.models import load_model
+from kvplan.sim import costterms as C
+from kvplan.sim import default_profile, simulate, synthetic_trace
+from kvplan.sim.stepmodel import CAPTURE_SIZES, CostTerm, StepFeatures, StepModel, pad_to_capture
+from kvplan.workload.lengthdist import parse_length
+
+
+def _model(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", tp=1, async_scheduling=True, **kw) -> StepModel:
+    req = PlanRequest(model=load_model(model), gpu=find_gpu(gpu), tensor_parallel_size=tp, max_model_len=4096, **kw)
+    return default_profile(req, plan(req, what_ifs=False), async_scheduling=async_scheduling)
+
+
+MODELS = {
+    "dense": _model(),
+    "dense sync": _model(async_scheduling=False),
+    "moe + sliding window": _model("openai/gpt-oss-20b"),
+    "tp over the network": _model("Qwen/Qwen2.5-7B-Instruct", "A100-80GB", tp=2, gpus_per_node=1),
+    "eager, pp": _model("meta-llama/Llama-3.1-8B-Instruct", "A100-80GB", tp=2, pipeline_parallel_size=2,
+                        enforce_eager=True),
+    "linear attention": _model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", "H200"),
+}
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(name=st.sampled_from(sorted(MODELS)), tokens=st.integers(1, 9000), seqs=st.integers(1, 512),
+       kv=st.integers(0, 3_000_000), pairs=st.sampled_from([0.0, 1.0, 2e6]))
+@example(name="dense", tokens=600, seqs=1, kv=600, pairs=180_000.0)  # above the largest capture size
+@example(name="eager, pp", tokens=3, seqs=3, kv=3000, pairs=0.0)
+def test_the_breakdown_is_the_same_list_as_the_time(name, tokens, seqs, kv, pairs):
+    m = MODELS[name]
+    seqs = min(seqs, tokens)
+    f = StepFeatures(tokens, seqs, kv, pairs, prefill_tokens=tokens - seqs + 1 if pairs else 0,
+                     prefill_seqs=1 if pairs else 0)
+    b = m.breakdown(f)
+    assert b["step_s"] == pytest.approx(m.step_time(f), rel=1e-9)
+    assert b["gpu_s"] == pytest.approx(sum(b["gpu"].values()), rel=1e-12)
+    assert all(v >= 0 for v in b["gpu"].values()) and all(v >= 0 for v in b["cpu"].values())
+    if m.async_overlap:
+        assert b["step_s"] == pytest.approx(max(b["gpu_s"], b["cpu_s"]), rel=1e-12)
+    else:
+        assert b["step_s"] == pytest.approx(b["gpu_s"] + b["cpu_s"], rel=1e-12)
+
+
+def test_each_term_computes_its_own_seconds():
+    sampler = C.Sampler(name="s", fixed_s=0.5e-3, seq_s=2e-6)
+    assert sampler.per_seq(100) == pytest.approx(2e-4) and sampler.fixed_s == 0.5e-3
+    core = C.EngineCore(name="cpu", fixed_s=1e-3, seq_s=1e-5)
+    assert core.resource == "cpu" and core.per_seq(10) == pytest.approx(1e-4)
+    attn = C.Attention(name="a", token_head_s=1e-9, heads=32, seq_s=1e-6, kv_token_s=1e-10)
+    assert attn.per_token(100) == pytest.approx(100 * 32 * 1e-9) and attn.per_seq(4) == pytest.approx(4e-6)
+    elem = C.Elementwise(name="e", bytes_per_token=1e6, bandwidth=1e12)
+    assert elem.per_token(1000) == pytest.approx(1e-3)
+    ar = C.AllReduce(name="ar", layers=10, hidden=4096, latency=lambda nbytes: 1e-6 + nbytes * 1e-12)
+    assert ar.padded(8) == pytest.approx(2 * 10 * (1e-6 + 8 * 4096 * 2 * 1e-12))
+    lm = C.LMHead(name="lm", vocab_per_rank=1000, hidden=10, pad=pad_to_capture,
+                  gemm_time=lambda m, n, k, kind: m * n * k * 1e-12)
+    assert lm.per_seq(0) == 0.0 and lm.per_seq(3) == pytest.approx(4 * 1000 * 10 * 1e-12)  # 3 rows run as 4
+    dense = C.DenseLinears(name="d", groups=((2, ((10.0, 5, "bfloat16"), (20.0, 5, "fp8"))),),
+                           gemm_time=lambda m, n, k, kind: m * n * k * (1.0 if kind == "bfloat16" else 0.5))
+    assert dense.padded(1) == 2 * (10 * 5 + 20 * 5 * 0.5)
+    moe = C.MoEExperts(name="m", groups=((3, (8, 2, 100.0, "bfloat16", 2)),), moe_time=lambda m, e, k, i, kind, up: m)
+    assert moe.padded(7) == 21
+
+
+def test_padded_parts_run_at_the_cuda_graph_size_and_never_get_cheaper_with_more_tokens():
+    m = MODELS["dense"]
+    assert pad_to_capture(9) == 16 and pad_to_capture(513) == 513 and CAPTURE_SIZES[-1] == 512
+    assert m.padded_envelope(9) == m.padded_envelope(16)
+    values = [m.padded_envelope(x) for x in range(1, 2000, 7)]
+    assert all(b >= a for a, b in zip(values, values[1:]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LongestContext(CostTerm):
+    """A test term that reads a per-sequence feature: 1 us per 1,000 tokens of the longest context."""
+
+    needs: tuple = ("max_context",)
+    HAS_GENERAL = True
+
+    def general(self, f: StepFeatures) -> float:
+        return f.max_context * 1e-9
+
+
+def test_a_new_term_plugs_in_and_the_scheduler_fills_the_features_it_needs():
+    base = MODELS["dense sync"]
+    extended = replace(base, terms=base.terms + (_LongestContext(name="longest context"),), _compiled={})
+    f = StepFeatures(8, 8, 8000, 0.0, max_context=5000)
+    assert extended.step_time(f) == pytest.approx(base.step_time(f) + 5e-6, rel=1e-12)
+    assert extended.breakdown(f)["gpu"]["longest context"] == pytest.approx(5e-6)
+    assert extended.needs == ("max_context",)
+    req = PlanRequest(model=load_model("meta-llama/Llama-3.1-8B-Instruct"), gpu=find_gpu("H100"), max_model_len=4096)
+    tr = synthetic_trace(5, num_requests=20, input_len=parse_length("3000", "x"), output_len=parse_length("20", "x"))
+    slow = simulate(req, tr, profile=extended, async_scheduling=False).to_dict()
+    fast = simulate(req, tr, profile=base, async_scheduling=False).to_dict()
+    # every step pays for its longest context (about 3,000-3,020 tokens): about 3 us per step
+    extra = slow["engine"]["busy_s"] - fast["engine"]["busy_s"]
+    assert extra == pytest.approx(slow["engine"]["steps"] * 3.01e-6, rel=0.05)
+
+
+def test_a_simulate_result_shows_the_breakdown_of_each_phases_median_step():
+    req = PlanRequest(model=load_model("meta-llama/Llama-3.1-8B-Instruct"), gpu=find_gpu("H100"), max_model_len=4096)
+    tr = synthetic_trace(10, num_requests=100, input_len=parse_length("1000", "x"), output_len=parse_length("100", "x"))
+    d = simulate(req, tr).to_dict()
+    med = d["engine"]["median_step"]
+    assert set(med) == {"prefill", "decode"}
+    assert med["prefill"]["steps"] + med["decode"]["steps"] == d["engine"]["steps"]
+    for phase in med.values():
+        b = phase["breakdown_s"]
+        assert b["gpu_s"] == pytest.approx(phase["duration_s"], rel=1e-6)  # async: the GPU is the longer
+        assert "attention" in b["gpu"] and "engine core (CPU)" in b["cpu"]
+    assert med["prefill"]["features"]["attn_pairs"] > 0 and med["decode"]["features"]["prefill_tokens"] == 0
+    assert [t["name"] for t in d["profile"]["terms"]][0] == "linear layers (GEMM)"
