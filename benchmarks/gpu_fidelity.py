@@ -198,6 +198,8 @@ def translate(case: dict, prev: dict | None = None, *, view: str = "user") -> tu
         argv.append("--enforce-eager")
     if s.get("async_scheduling") is False:
         argv.append("--no-async-scheduling")
+    elif s.get("async_scheduling") is True:
+        argv.append("--async-scheduling")
     # traffic, as vllm bench serve was given it
     dataset = str(b.get("dataset") or "random")
     n = int(_num(b.get("num_prompts"), "number of prompts"))

@@ -159,7 +159,7 @@ def test_warm_prompts_beyond_the_pool_keep_the_newest():
     e = Engine(requests=tr.requests, num_gpu_blocks=20, block_size=16, max_num_seqs=1,
                max_num_batched_tokens=2048, max_model_len=1024, profile=FLAT, async_scheduling=False,
                warm_prefixes=tr.warm_prefixes)
-    assert sorted(e.chains) == ["bench-prompt-6", "bench-prompt-7", "bench-warm-up"]
+    assert sorted(e.kv.chains) == ["bench-prompt-6", "bench-prompt-7", "bench-warm-up"]
     e.run()
     assert e.pool.check() is None
 

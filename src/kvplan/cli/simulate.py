@@ -74,6 +74,10 @@ def simulate_cmd(
     no_prefix_caching: bool = typer.Option(False, "--no-enable-prefix-caching", help="vLLM's --no-enable-prefix-caching."),
     long_prefill_token_threshold: int = typer.Option(0, "--long-prefill-token-threshold"),
     no_async_scheduling: bool = typer.Option(False, "--no-async-scheduling", help="vLLM's --no-async-scheduling."),
+    async_scheduling_on: bool = typer.Option(False, "--async-scheduling",
+                                             help="vLLM's --async-scheduling (the default from 0.14 on one node)."),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel",
+                                                help="vLLM's --enable-expert-parallel: MoE experts split whole over the ranks."),
     load_balancer: Optional[str] = typer.Option(None, "--load-balancer", help="With -dp: how requests reach the "
                                                 "replicas: vllm (vLLM's own, per version), round_robin, random, "
                                                 "least_outstanding [vllm]."),
@@ -120,6 +124,8 @@ def simulate_from_flags(flags: dict) -> dict:
     step = parse_seconds(interval, "--timeline-interval")
     if not step > 0:
         raise UsageError("--timeline-interval must be positive")
+    if flags["no_async_scheduling"] and flags.get("async_scheduling_on"):
+        raise UsageError("give --async-scheduling or --no-async-scheduling, not both")
     plan_kw = pf.plan_flags_of(flags)
     sim_opts: dict = {}
     notes = tf.apply_serve_cmd(flags["from_serve_cmd"], plan_kw, _PLAN_DEFAULTS, sim_opts)
@@ -148,7 +154,9 @@ def simulate_from_flags(flags: dict) -> dict:
     opts = dict(enable_prefix_caching=not flags["no_prefix_caching"] and sim_opts.get("enable_prefix_caching", True),
                 long_prefill_token_threshold=flags["long_prefill_token_threshold"] or
                 sim_opts.get("long_prefill_token_threshold", 0),
-                async_scheduling=False if flags["no_async_scheduling"] else sim_opts.get("async_scheduling"))
+                async_scheduling=False if flags["no_async_scheduling"] else True if flags.get("async_scheduling_on")
+                else sim_opts.get("async_scheduling"),
+                enable_expert_parallel=bool(flags.get("enable_expert_parallel") or sim_opts.get("enable_expert_parallel")))
     from ..sim.balancer import parse_balancer
 
     opts["load_balancer"] = parse_balancer(flags.get("load_balancer"))

@@ -643,6 +643,27 @@ class VllmSemantics:
         default)``); 0.8.5-0.11.0 force chunked prefill on for generative models."""
         return self.version >= (0, 12)
 
+    # --- the engine loop the simulator replays ---------------------------------------------------
+    def async_scheduling_by_default(self, *, device: str, pipeline_parallel_size: int, multi_node: bool) -> bool:
+        """Whether async scheduling runs without ``--async-scheduling`` / ``--no-async-scheduling``
+        (``async_scheduling_default`` with the layout's exceptions). 0.14.0 made it the default (``SchedulerConfig.async_scheduling = None``, resolved in
+        ``VllmConfig.__post_init__``: on unless pipeline parallel > 1, non-EAGLE speculative decoding,
+        or an executor other than mp / uni / external_launcher: TP across nodes or containers runs
+        the Ray executor), read in the 0.13.0 (``async_scheduling: bool = False``), 0.14.0 and 0.33.0
+        wheels; 0.10-0.13 default it off. The CPU platform turns it off (``platforms/cpu.py``)."""
+        if device == "cpu" or self.engine != "V1" or not self.async_scheduling_default:
+            return False
+        return pipeline_parallel_size <= 1 and not multi_node
+
+    @property
+    def reserve_full_prompt_at_admission(self) -> bool:
+        """0.19.0+ admit a waiting request only if its whole prompt fits the free blocks
+        (``scheduler_reserve_full_isl``, default on, ``can_fit_full_sequence`` before
+        ``allocate_slots``); 0.18 and earlier allocate each step's chunk and preempt by recompute
+        when a later chunk does not fit (read in the 0.18.0, 0.19.0 and 0.33.0 wheels'
+        ``v1/core/sched/scheduler.py``)."""
+        return self.version >= (0, 19)
+
     def gib(self, nbytes: float) -> str:
         value = nbytes / (1 << 30)
         if self.format_gib_style == "round":

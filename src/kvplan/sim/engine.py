@@ -12,8 +12,9 @@ Per step, as ``Scheduler.schedule`` does:
    budget is spent.
 2. Only if nothing was preempted: WAITING requests in order while the budget lasts and fewer than
    ``max_num_seqs`` run: prefix-cache lookup (full blocks, never the last prompt token),
-   ``allocate_slots(full_sequence_must_fit=True)`` (``scheduler_reserve_full_isl``, default on:
-   the whole prompt must fit, plus the watermark), else stop.
+   ``allocate_slots(full_sequence_must_fit=True)`` (``scheduler_reserve_full_isl``, default on
+   from 0.19: the whole prompt must fit, plus the watermark; before, only this step's chunk), else
+   stop.
 3. The step runs for the step model's time of its :class:`~kvplan.sim.stepmodel.StepFeatures`
    (``SchedulerOutput.features``); every request whose prompt is complete samples one token
    (``update_from_output``), and a request stops at ``max_tokens`` or ``max_model_len``
@@ -68,13 +69,15 @@ class Engine(DecodeBookkeeping):
                  enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
                  watermark: float = 0.0, async_scheduling: bool = True, timeline_interval_s: float = 1.0,
                  max_steps: Optional[int] = None, max_concurrency: Optional[int] = None,
-                 warm_prefixes: Sequence[tuple] = ()):
+                 warm_prefixes: Sequence[tuple] = (), reserve_full_prompt: bool = True):
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.profile = profile
         self.long_prefill_token_threshold = long_prefill_token_threshold
+        #: admission needs the whole prompt's blocks (scheduler_reserve_full_isl, 0.19+), else this chunk's
+        self.reserve_full_prompt = reserve_full_prompt
         self.async_sched = async_scheduling
         self.interval = timeline_interval_s
         self.max_steps = max_steps
@@ -528,7 +531,7 @@ class Engine(DecodeBookkeeping):
     def _schedule_waiting(self, now: float, token_budget: int, threshold: int) -> int:
         """The WAITING loop of ``Scheduler.schedule``: admit while the token budget and KV allow."""
         block_size, pool, running, waiting = self.block_size, self.pool, self.running, self.waiting
-        max_model_len, kv = self.max_model_len, self.kv
+        max_model_len, kv, reserve_full = self.max_model_len, self.kv, self.reserve_full_prompt
         while token_budget > 0 and waiting:
             if len(running) >= self.max_num_seqs:
                 break
@@ -545,8 +548,8 @@ class Engine(DecodeBookkeeping):
                 num_new_tokens = token_budget
             wm = self.watermark_blocks if running else 0
             full_need, need = kv.admission(num_tokens, max_model_len, hit_b, ev, num_new_tokens)
-            if full_need + wm > pool.free or need + ev + wm > pool.free:
-                break  # allocate_slots returns None: the full prompt, then this chunk, must fit
+            if (reserve_full and full_need + wm > pool.free) or need + ev + wm > pool.free:
+                break  # allocate_slots returns None: the full prompt (0.19+), then this chunk, must fit
             waiting.popleft()
             running.append(r)
             kv.admit(r, hits, need)

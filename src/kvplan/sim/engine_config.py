@@ -35,6 +35,11 @@ class EngineConfig:
     block_size: int
     num_gpu_blocks: int
     async_scheduling: bool
+    #: admission needs the whole prompt's blocks free (0.19+), else only this step's chunk
+    reserve_full_prompt: bool = True
+    #: --enable-expert-parallel: each rank holds whole experts (E / (TP x DP) of them), not a
+    #: TP slice of every expert
+    expert_parallel: bool = False
 
     @property
     def kv_bytes(self) -> float:
@@ -51,15 +56,16 @@ class EngineConfig:
 
     @classmethod
     def from_plan(cls, request: "PlanRequest", plan_result: "PlanResult", *,
-                  async_scheduling: Optional[bool] = None) -> "EngineConfig":
+                  async_scheduling: Optional[bool] = None, expert_parallel: bool = False) -> "EngineConfig":
         from ..memory import semantics
         from ..memory.planner import _quantization
 
         f = plan_result.flags
         sem = semantics(plan_result.vllm_semantics, plan_result.engine)
+        tp_across_nodes = request.tensor_parallel_size > max(1, request.gpus_per_node)
         if async_scheduling is None:
-            # on by default on GPUs (config/vllm.py); the CPU platform turns it off (platforms/cpu.py)
-            async_scheduling = f.device != "cpu"
+            async_scheduling = sem.async_scheduling_by_default(
+                device=f.device, pipeline_parallel_size=request.pipeline_parallel_size, multi_node=tp_across_nodes)
         return cls(model=request.model, gpu=request.gpu, device=f.device, semantics=sem,
                    tensor_parallel_size=request.tensor_parallel_size,
                    pipeline_parallel_size=request.pipeline_parallel_size,
@@ -68,4 +74,6 @@ class EngineConfig:
                    kv_cache_dtype=f.kv_cache_dtype, enforce_eager=bool(f.enforce_eager),
                    max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
                    max_model_len=f.max_model_len, block_size=plan_result.kv.block_size,
-                   num_gpu_blocks=plan_result.kv.num_gpu_blocks, async_scheduling=bool(async_scheduling))
+                   num_gpu_blocks=plan_result.kv.num_gpu_blocks, async_scheduling=bool(async_scheduling),
+                   reserve_full_prompt=sem.reserve_full_prompt_at_admission,
+                   expert_parallel=bool(expert_parallel) and request.model.is_moe)

@@ -92,12 +92,15 @@ def _weight_kind(t, quant) -> str:
     return "bfloat16"
 
 
-def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling: bool = True,
-          overheads: Optional[Overheads] = None, validation: Optional[dict] = None) -> StepModel:
-    """The operator model for ``request`` on its GPU (or the nearest measured GPU's efficiencies)."""
+def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling: Optional[bool] = None,
+          expert_parallel: bool = False, overheads: Optional[Overheads] = None,
+          validation: Optional[dict] = None) -> StepModel:
+    """The operator model for ``request`` on its GPU (or the nearest measured GPU's efficiencies).
+    ``async_scheduling`` None: the vLLM version's default for this layout (VllmSemantics)."""
     from .engine_config import EngineConfig
 
-    cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling)
+    cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
+                                 expert_parallel=expert_parallel)
     return build_for(cfg, overheads=overheads, validation=validation)
 
 
@@ -175,8 +178,15 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
             exp_t = next(t for t in layer_tensors(spec, layer) if t.expert)
             # gated experts (SwiGLU) have a fused gate+up of 2·inter; Nemotron-H's relu² experts 1·inter
             up = 2 if getattr(mlp, "gated", True) else 1
-            moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp,
-                   _weight_kind(exp_t, quant), up)
+            if cfg.expert_parallel:
+                # FusedMoEParallelConfig.make (0.11.0, 0.19.0): ep_size = TP x DP, each rank owns whole
+                # experts (E / ep of them) and a token's k picks land on it k / ep times on average
+                ep = tp * cfg.data_parallel_size
+                moe = (mlp.num_experts / ep, mlp.experts_per_token / ep, float(mlp.expert_intermediate_size),
+                       _weight_kind(exp_t, quant), up)
+            else:
+                moe = (mlp.num_experts, mlp.experts_per_token, mlp.expert_intermediate_size / tp,
+                       _weight_kind(exp_t, quant), up)
             moe_groups[moe] = moe_groups.get(moe, 0) + 1
         # attention reads, heads, FLOPs
         if isinstance(mix, MLAttention):
@@ -304,6 +314,12 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
             term.padded(1)
     if any("fused-MoE speed" in n for n in notes):
         notes[:] = [n for n in notes if "Marlin int4 speed" not in n]
+    if cfg.expert_parallel:
+        ep = tp * cfg.data_parallel_size
+        notes.append(f"expert parallel over {ep} ranks: each runs {ep}-th of the experts at full width; "
+                     "without data parallelism the MoE output is all-reduced as with TP (no all-to-all kernels: "
+                     "FusedMoEParallelConfig.use_all2all_kernels needs DP > 1)"
+                     + ("; the DP all-to-all (dispatch/combine) is not modelled" if cfg.data_parallel_size > 1 else ""))
     if cross_node:
         notes.append(f"TP {tp} spans {-(-tp // max(1, cfg.gpus_per_node))} nodes/containers: all-reduce over "
                      f"the network ({ov.net_bandwidth_gbs:g} GB/s, {ov.net_allreduce_latency_s * 1e6:.0f} us each, "

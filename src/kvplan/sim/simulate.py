@@ -60,7 +60,7 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
              enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None,
-             load_balancer: Optional[str] = None) -> SimResult:
+             load_balancer: Optional[str] = None, enable_expert_parallel: bool = False) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
     :class:`KvplanError`) with vLLM's error text when the configuration would not start.
 
@@ -75,10 +75,14 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     if not timeline_interval_s > 0:
         raise UsageError("the timeline interval must be positive")
     f, kv = plan_result.flags, plan_result.kv
-    if async_scheduling is None:
-        # on by default (config/vllm.py), but the CPU platform turns it off (platforms/cpu.py)
-        async_scheduling = f.device != "cpu"
-    prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling)
+    from .engine_config import EngineConfig
+
+    # the vLLM version's rules for what the flags leave open (async scheduling, admission)
+    engine_cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
+                                        expert_parallel=enable_expert_parallel)
+    async_scheduling = engine_cfg.async_scheduling
+    prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling,
+                                      expert_parallel=engine_cfg.expert_parallel)
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result)
 
@@ -90,6 +94,7 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
                       long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                       async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
                       max_steps=max_steps, max_concurrency=max_concurrency,
+                      reserve_full_prompt=engine_cfg.reserve_full_prompt,
                       warm_prefixes=warm if enable_prefix_caching else ())
 
     fleet = None
@@ -406,9 +411,8 @@ def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: 
         from ..memory import plan
 
         plan_result = plan(request, what_ifs=False)
-    asy = sim_kwargs.get("async_scheduling")
-    prof = profile or default_profile(request, plan_result,
-                                      async_scheduling=(request.device != "cpu") if asy is None else asy)
+    prof = profile or default_profile(request, plan_result, async_scheduling=sim_kwargs.get("async_scheduling"),
+                                      expert_parallel=sim_kwargs.get("enable_expert_parallel", False))
     probes: list[dict] = []
 
     judge_errors = not any(s.key == "error_rate" for s in slo)  # else the SLO's error_rate decides

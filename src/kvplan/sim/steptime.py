@@ -142,12 +142,13 @@ class StepTimeProfile:
 
 
 def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None, *,
-                    async_scheduling: Optional[bool] = None):
+                    async_scheduling: Optional[bool] = None, expert_parallel: bool = False):
     """The step-time model a GPU run uses without a calibrated profile: the per-operator model over
     measured vLLM kernel tables (:mod:`kvplan.sim.opmodel`; the nearest measured GPU's efficiencies
     at this GPU's own peaks when it has no tables, and the result says so). A calibrated profile
-    (``kvplan calibrate``) is passed explicitly and always wins. ``async_scheduling`` (default on,
-    as vLLM's GPU default) decides whether the engine's CPU work overlaps the GPU's."""
+    (``kvplan calibrate``) is passed explicitly and always wins. ``async_scheduling`` (default: the
+    vLLM version's default for this layout, ``VllmSemantics.async_scheduling_by_default``) decides
+    whether the engine's CPU work overlaps the GPU's."""
     from ..memory import plan
 
     if request.device == "cpu":
@@ -158,7 +159,7 @@ def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] 
     from .opmodel import build
 
     res = plan_result or plan(request, what_ifs=False)
-    return build(request, res, async_scheduling=True if async_scheduling is None else async_scheduling)
+    return build(request, res, async_scheduling=async_scheduling, expert_parallel=expert_parallel)
 
 
 def roofline_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None) -> StepTimeProfile:

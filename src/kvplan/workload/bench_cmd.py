@@ -55,7 +55,7 @@ _SERVE_MAPPED = {
     "--disable-hybrid-kv-cache-manager": "flag", "--enable-prefix-caching": "flag",
     "--no-enable-prefix-caching": "flag", "--long-prefill-token-threshold": "value",
     "--async-scheduling": "flag", "--no-async-scheduling": "flag", "--enable-chunked-prefill": "flag",
-    "--kv-cache-memory": "value",
+    "--kv-cache-memory": "value", "--enable-expert-parallel": "flag",
 }
 _SERVE_IGNORED = {
     "--host": "value", "--port": "value", "--trust-remote-code": "flag", "--served-model-name": "multi",
@@ -66,7 +66,7 @@ _SERVE_IGNORED = {
     "--uvicorn-log-level": "value", "--chat-template": "value", "--download-dir": "value", "--seed": "value",
     "--swap-space": "value", "--generation-config": "value", "--max-seq-len-to-capture": "value",
     "--disable-uvicorn-access-log": "flag", "--revision": "value", "--max-log-len": "value",
-    "--enable-expert-parallel": "flag", "--disable-custom-all-reduce": "flag", "--disable-detokenize": "flag",
+    "--disable-custom-all-reduce": "flag", "--disable-detokenize": "flag",
 }
 _SERVE_UNSUPPORTED = {
     "--speculative-config": "value", "--enable-lora": "flag", "--cpu-offload-gb": "value",
@@ -308,6 +308,8 @@ def parse_serve_cmd(text: str) -> ParsedServe:
         options["async_scheduling"] = False
     elif flags.get("--async-scheduling"):
         options["async_scheduling"] = True
+    if flags.get("--enable-expert-parallel"):
+        options["enable_expert_parallel"] = True
     if "--long-prefill-token-threshold" in flags:
         options["long_prefill_token_threshold"] = _num(flags["--long-prefill-token-threshold"],
                                                        "--long-prefill-token-threshold", int)
