@@ -122,3 +122,43 @@ def test_a_simulate_result_shows_the_breakdown_of_each_phases_median_step():
         assert "attention" in b["gpu"] and "engine core (CPU)" in b["cpu"]
     assert med["prefill"]["features"]["attn_pairs"] > 0 and med["decode"]["features"]["prefill_tokens"] == 0
     assert [t["name"] for t in d["profile"]["terms"]][0] == "linear layers (GEMM)"
+
+
+_TP_MODELS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b", "zai-org/GLM-4.5-Air", "Qwen/Qwen3-30B-A3B",
+              "meta-llama/Llama-3.1-70B-Instruct", "Qwen/Qwen3-14B-AWQ", "Qwen/Qwen3-32B-FP8",
+              "deepseek-ai/DeepSeek-V2-Lite", "mistralai/Mixtral-8x7B-Instruct-v0.1")
+_TP_PROFILES: dict = {}
+
+
+def _per_rank_model(model: str, gpu: str, tp: int):
+    key = (model, gpu, tp)
+    if key not in _TP_PROFILES:
+        req = PlanRequest(model=load_model(model), gpu=find_gpu(gpu), tensor_parallel_size=tp, max_model_len=2048,
+                          gpu_memory_utilization=0.95)
+        pr = plan(req, what_ifs=False)
+        _TP_PROFILES[key] = default_profile(req, pr) if pr.startup.ok else None
+    return _TP_PROFILES[key]
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(model=st.sampled_from(_TP_MODELS), gpu=st.sampled_from(["H100", "A100-80GB", "H200", "B200", "L40S"]),
+       tokens=st.sampled_from([1, 8, 64, 256, 600, 2048, 8192]), seqs=st.integers(1, 256),
+       prefill=st.booleans())
+@example(model="openai/gpt-oss-120b", gpu="H100", tokens=256, seqs=256, prefill=False)  # the MXFP4 curve at TP 1 only
+@example(model="Qwen/Qwen3-30B-A3B", gpu="L40S", tokens=1, seqs=1, prefill=False)  # the bf16 curve at TP 1 only
+def test_more_tensor_parallelism_never_makes_one_ranks_step_slower(model, gpu, tokens, seqs, prefill):
+    """For the same batch, a rank's work (every GPU term but the all-reduce, which TP adds) never
+    grows with TP: a per-rank shape the kernel tables lack is scaled from a measured width."""
+    seqs = min(seqs, tokens)
+    pairs = (tokens - seqs + 1) ** 2 / 2.0 if prefill else 0.0
+    f = StepFeatures(tokens, seqs, seqs * 1500, pairs, tokens - seqs + 1 if prefill else 0, 1 if prefill else 0)
+    previous = None
+    for tp in (1, 2, 4, 8):
+        m = _per_rank_model(model, gpu, tp)
+        if m is None:
+            continue
+        b = m.breakdown(f)
+        per_rank = b["gpu_s"] - b["gpu"].get("all-reduce", 0.0)
+        if previous is not None:
+            assert per_rank <= previous * (1 + 1e-9), (tp, per_rank, previous)
+        previous = per_rank

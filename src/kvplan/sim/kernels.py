@@ -100,6 +100,15 @@ class GemmTable:
                 acc += a * b * ((1 - wl) * grid[base] + wl * grid[base + 1])
         return max(acc, 1e-5)
 
+    def weight_only_time(self, m: float, n: float, k: float, weight_bytes: float, compute_share: float) -> float:
+        """A mixed-input (weight-only) GEMM such as Marlin W8A16 / W4A16: the weights streamed at
+        ``weight_bytes`` per element and dequantized to 16 bit on the fly, the product on the 16-bit
+        tensor cores at ``compute_share`` of their rate (the dequantization takes issue slots), both
+        at the efficiency this table measured for the bf16 GEMM of the same shape."""
+        mem = (n * k * weight_bytes + (m * k + m * n) * 2.0) / self.bw
+        compute = 2.0 * m * n * k / (self.f16 * compute_share)
+        return max(mem, compute) / self.efficiency(m, n, k, "bfloat16")
+
     def time(self, m: float, n: float, k: float, dtype: str = "bfloat16") -> float:
         dt = self.dtype(dtype)
         wb = WEIGHT_BYTES.get(dtype, WEIGHT_BYTES[dt])
@@ -194,6 +203,20 @@ def moe_direct(table: dict, kind: str, hidden: int, inter: float, experts: int, 
                 and d["topk"] == topk):
             return PerTokens(d["tokens"], d["latency_s"], default=0.0)
     return None
+
+
+def moe_direct_nearest_width(table: dict, kind: str, hidden: int, inter: float, experts: int,
+                              topk: int) -> Optional[tuple[float, PerTokens]]:
+    """The measured fused-MoE curve of this (dtype, hidden, experts, top-k) at the expert width
+    nearest ``inter`` (log distance) and that width, or None: a per-rank width the table lacks
+    (the same model at another TP) is scaled from its neighbour."""
+    want = AIC_MOE_DTYPE.get(kind)
+    rows = [d for d in table.get("moe", {}).get("direct", ())
+            if d["dtype"] == want and d["hidden"] == hidden and d["experts"] == experts and d["topk"] == topk]
+    if not rows:
+        return None
+    d = min(rows, key=lambda r: abs(math.log(r["inter"] / inter)))
+    return float(d["inter"]), PerTokens(d["tokens"], d["latency_s"], default=0.0)
 
 
 def same_arch_tables(name: str) -> list[str]:

@@ -66,6 +66,12 @@ class Overheads:
     #: network instead of vLLM's custom all-reduce: latency per all-reduce and bus bandwidth.
     net_allreduce_latency_s: float = 5.0e-5
     net_bandwidth_gbs: float = 5.7
+    #: GPUs without FP8 tensor cores (SM < 8.9: Ampere) run FP8 checkpoints with Marlin W8A16 and
+    #: AWQ/GPTQ/MXFP4 with Marlin W4A16 (fp8.py ``use_marlin``, awq_marlin, mxfp4 MARLIN backend,
+    #: read in the 0.11.0 wheel): 16-bit tensor cores at this share of their rate, the rest of the
+    #: issue slots dequantizing. No kernel table measures Marlin on Ampere.
+    marlin_fp8_compute_share: float = 0.8
+    marlin_int4_compute_share: float = 0.9
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,7 +146,19 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         if quant is not None and quant.method == "mxfp4":
             notes.append(f"MXFP4 experts at the measured Marlin int4 speed ({table_name} has no MXFP4 MoE table)")
 
+    # vLLM's kernel for quantized weights on a GPU without FP8/FP4 tensor cores: Marlin, weight-only
+    marlin = {"fp8": (1.0, ov.marlin_fp8_compute_share), "fp8_block": (1.0, ov.marlin_fp8_compute_share),
+              "int4": (0.5 + 2.0 / 128, ov.marlin_int4_compute_share),
+              "mxfp4": (0.5 + 1.0 / 32, ov.marlin_int4_compute_share),
+              "nvfp4": (0.5 + 1.0 / 16, ov.marlin_int4_compute_share)} if (gpu.sm or 90) < 89 else {}
+    if marlin and quant is not None:
+        notes.append(f"{quant.method} weights run as Marlin weight-only GEMMs on {gpu.name} (SM {gpu.sm} has no "
+                     "FP8/FP4 tensor cores): 16-bit tensor cores, the weights dequantized in the kernel")
+
     def gemm_t(m: float, n: float, k: float, kind: str) -> float:
+        if kind in marlin:
+            weight_bytes, share = marlin[kind]
+            return gemm.weight_only_time(m, n, k, weight_bytes, share)
         if kind in ("int4", "mxfp4") or (kind == "nvfp4" and "nvfp4" not in gemm.eff):
             r = wo.get("mxfp4" if kind != "int4" else "int4") or wo.get("int4")
             base = gemm.time(m, n, k, "bfloat16")
@@ -223,13 +241,15 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     direct_cache: dict = {}
 
     def direct_for(e: int, k: int, inter: float, kind: str):
-        """A measured fused-MoE curve for this exact shape: this GPU's, else a same-architecture
-        GPU's scaled by the two GPUs' measured bf16 GEMM times for the expert GEMM."""
+        """A measured fused-MoE curve for this shape: this GPU's, else a same-architecture GPU's
+        scaled by the two GPUs' measured bf16 GEMM times for the expert GEMM; at another expert
+        width (the same experts at another TP), the nearest measured width's, scaled by the
+        modelled ratio of the two widths. Returns (curve, other GPU's GEMM table, width) or None."""
         key = (e, k, inter, kind)
         if key not in direct_cache:
             hit = K.moe_direct(table, kind, d, inter, e, k)
             if hit is not None:
-                direct_cache[key] = (hit, None)
+                direct_cache[key] = (hit, None, inter)
                 for sup in table.get("source", {}).get("moe_supplements", ()):
                     if sup["moe_dtype"] == K.AIC_MOE_DTYPE.get(kind):  # not the table's own vLLM version
                         notes.append(f"{kind} experts ({e}x{d}x{int(inter)}) at {table_name}'s fused-MoE speed "
@@ -244,24 +264,40 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
                         from ..hardware import find_gpu
 
                         og = K.gemm_table_for(ot, find_gpu(other))
-                        direct_cache[key] = (hit, og)
+                        direct_cache[key] = (hit, og, inter)
                         notes.append(f"{kind} experts ({e}x{d}x{int(inter)}) at {other}'s measured fused-MoE speed, "
                                      f"scaled by the two GPUs' measured GEMM times")
                         break
+                if direct_cache[key] is None and e == int(e) and k == int(k):
+                    near = K.moe_direct_nearest_width(table, kind, d, inter, int(e), int(k))
+                    if near is not None:
+                        width, curve = near
+                        direct_cache[key] = (curve, None, width)
+                        notes.append(f"{kind} experts ({e}x{d}x{int(inter)} per rank) from {table_name}'s fused-MoE "
+                                     f"measurement at width {int(width)}, scaled by the modelled ratio of the widths")
         return direct_cache[key]
 
     def moe_t(m: int, e: int, k: int, inter: float, kind: str, up: int = 2) -> float:
         dm = direct_for(e, k, inter, kind) if up == 2 else None
         if dm is not None:
-            curve, other = dm
+            curve, other, width = dm
             t = curve(m)
+            touched = e * (1.0 - (1.0 - k / e) ** m)
+            me = m * k / touched
             if other is not None:
-                touched = e * (1.0 - (1.0 - k / e) ** m)
-                me = m * k / touched
                 t *= gemm.time(me, 2 * inter, d) / other.time(me, 2 * inter, d)
+            if width != inter:
+                # the same experts at another width: the measured curve times the grouped GEMMs'
+                # modelled ratio (bf16 roofline over the measured efficiencies at both widths)
+                def grouped(w: float) -> float:
+                    return gemm.time(me, touched * up * w, d) + gemm.time(me, touched * d, w)
+                t *= grouped(inter) / grouped(width)
             return t
         touched = e * (1.0 - (1.0 - k / e) ** m)
         me = m * k / touched
+        if kind in marlin:  # fused_marlin_moe: the expert GEMMs as Marlin weight-only GEMMs
+            fac = K.moe_factor(table, "bfloat16")(m)
+            return (gemm_t(me, touched * up * inter, d, kind) + gemm_t(me, touched * d, inter, kind)) * fac
         base_kind = kind if kind in ("fp8", "fp8_block") else "bfloat16"
         fac = K.moe_factor(table, base_kind)(m)
         # one fused kernel streams every touched expert: the experts stacked along n
