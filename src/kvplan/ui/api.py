@@ -44,7 +44,8 @@ _SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--i
                     "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--dataset-name",
                     "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
                     "--sharegpt-output-len", "--num-warmups", "--warm-prompts", "--warm-prompt-len", "--load-balancer"}
-_SIM_BOOL_FLAGS = {"--no-enable-prefix-caching", "--no-async-scheduling", "--ignore-eos"}
+_SIM_BOOL_FLAGS = {"--no-enable-prefix-caching", "--no-async-scheduling", "--async-scheduling",
+                   "--enable-expert-parallel", "--ignore-eos"}
 _LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp", "--max-tokens", "--percentile",
                         "-p", "--block-size", "--input-format", "--container", "--session-field",
                         "--timestamp-field", "--duration-field"}
