@@ -297,10 +297,10 @@ def test_serve_cmd_to_plan_flags():
                          "--async-scheduling --kv-cache-dtype fp8 --tensor-parallel-size 2 --max-model-len 8k "
                          "--no-enable-prefix-caching --gpu-memory-utilization=0.85")
     assert ps.plan == {"model": "nvidia/X", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85,
-                       "kv_cache_dtype": "fp8", "max_model_len": "8k"}
-    assert ps.options == {"enable_prefix_caching": False, "async_scheduling": True}
-    with pytest.raises(UsageError, match="--speculative-config"):
-        parse_serve_cmd("vllm serve m --speculative-config '{}'")
+                       "kv_cache_dtype": "fp8", "max_model_len": "8k", "enable_prefix_caching": False,
+                       "async_scheduling": True}
+    with pytest.raises(UsageError, match="--kv-transfer-config"):
+        parse_serve_cmd("vllm serve m --kv-transfer-config '{}'")
 
 
 # -- the CLI ----------------------------------------------------------------------------------------
@@ -435,5 +435,5 @@ def test_cli_from_serve_cmd_fills_the_plan_and_explicit_flags_win():
     d = json.loads(_cli(["--gpu", "H100", "--from-serve-cmd", serve, "--max-num-seqs", "8", "--num-prompts", "5",
                          "-f", "json"]).output)
     assert d["config"]["max_num_seqs"] == 8
-    bad = _cli(["--gpu", "H100", "--from-serve-cmd", "vllm serve m --enable-lora", "--num-prompts", "5"])
-    assert bad.exit_code == 2 and "--enable-lora" in bad.output
+    bad = _cli(["--gpu", "H100", "--from-serve-cmd", "vllm serve m --kv-offloading-size 4", "--num-prompts", "5"])
+    assert bad.exit_code == 2 and "--kv-offloading-size" in bad.output

@@ -24,6 +24,7 @@ LAYERS = {
     "slo": 1, "_ray": 1,
     "models": 2, "hardware": 2,
     "memory": 3,
+    "serve_flags": 3.5,  # the serve flags' table and their rules: the plan request, below its readers
     "workload": 4,
     "sim": 5,
     "bench": 6,

@@ -483,7 +483,7 @@ def test_doctor_names_the_utilisation_the_log_shows_and_takes_gpu(tmp_path):
 def test_profile_judges_a_live_peak_by_the_same_rule():
     """A real GPU at vLLM's default 0.92 shows ~93% in NVML: by the plan's own rule that is the
     pre-allocation, not a failure; only a peak beyond it plus the estimate's band fails."""
-    from kvplan.cli.plan_flags import plan_from_args
+    from kvplan.serve_flags import plan_from_args
     from kvplan.ops.profile_checks import GPU_MEMORY_LIMIT, peak_limit
 
     planned = plan_from_args(["--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "4",

@@ -21,7 +21,7 @@ from kvplan.hardware import custom_gpu, parse_size
 from kvplan.memory import PlanRequest, plan
 from kvplan.models import load_model
 from kvplan.ops import profile as P
-from kvplan.cli.plan_flags import plan_from_args
+from kvplan.serve_flags import plan_from_args
 from kvplan.report.profile_json import render_json
 from kvplan.report.profile_markdown import render_markdown
 from kvplan.report.profile_text import render_table

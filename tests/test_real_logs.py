@@ -158,13 +158,13 @@ def test_from_log_plans_with_the_sampler_the_log_names(tmp_path):
     """plan --from-log takes the log's sampler unless --[no-]flashinfer-sampler is given: the
     native sort of 0.9.2 (38 B per logit) against FlashInfer's 14 B, over 256 rows of 151,936
     logits, is 0.87 GiB of profile peak."""
-    from kvplan.cli.plan_flags import plan_request_from_flags
     from kvplan.memory.startup_log import read_startup_log
+    from kvplan.serve_flags import request_from_values
 
     log = read_startup_log(next(LOGS.glob("140-*.log")))
     common = dict(model="Qwen/Qwen3-8B", gpu="A100-40GB", vllm_version="0.9.2", kv_cache_memory="1GiB")
-    native = plan_request_from_flags(**common, log=log)
-    forced = plan_request_from_flags(**common, flashinfer_sampler=True, log=log)
+    native = request_from_values(common, set(common), log)
+    forced = request_from_values(dict(common, flashinfer_sampler=True), set(common) | {"flashinfer_sampler"}, log)
     assert native.flashinfer_sampler is False and forced.flashinfer_sampler is True
     a = plan(replace_kv(native), what_ifs=False).memory.activation_peak_gib
     b = plan(replace_kv(forced), what_ifs=False).memory.activation_peak_gib

@@ -40,9 +40,11 @@ def test_async_scheduling_follows_the_version_default_and_the_flags(version, tp,
     assert cfg == {"async_scheduling": expected, "clock_async": expected}
 
 
-def test_both_async_flags_are_a_usage_error():
-    res = RUNNER.invoke(app, SIM + ["--async-scheduling", "--no-async-scheduling"])
-    assert res.exit_code == 2 and "not both" in res.output
+def test_the_last_async_flag_wins_as_in_vllms_argparse():
+    """--async-scheduling/--no-async-scheduling is one serve flag (kvplan/serve_flags.py), read as vLLM's
+    BooleanOptionalAction reads it: the last spelling given wins."""
+    assert _config("--vllm-version", "0.33", "--async-scheduling", "--no-async-scheduling")["async_scheduling"] is False
+    assert _config("--vllm-version", "0.11", "--no-async-scheduling", "--async-scheduling")["async_scheduling"] is True
 
 
 def test_the_whole_prompt_must_fit_at_admission_from_0_19_only():

@@ -275,14 +275,10 @@ _NOT_FROM_THE_PAGE = {
     "--chat-template": "a server-side path", "files": "server-side paths (the page uploads files instead)",
     "--requests": "plan's --requests is a path (simulate's takes uploads)",
     "--from-bench-cmd": "the page has the traffic fields", "--from-serve-cmd": "the page has the plan fields",
-    "--no-enforce-eager": "the page sends --enforce-eager or nothing",
-    "--no-enable-lora": "the page sends --enable-lora or nothing",
     "--speculative-config": "its \"model\" names a config the server would load (a path or a hub id)",
     "--compact": "terminal layout", "--strict": "exit codes mean nothing to the page",
     "--capacity": "not on the page", "--find-saturation": "not on the page", "--per-request": "not on the page",
     "--profile": "not on the page", "--max-issues": "terminal output", "--max-record-bytes": "not on the page",
-    "--flashinfer-sampler": "not on the page (the vLLM install's sampler)",
-    "--no-flashinfer-sampler": "not on the page (the vLLM install's sampler)",
 }
 
 

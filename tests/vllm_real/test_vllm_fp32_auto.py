@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from kvplan.cli.plan_flags import plan_from_args
+from kvplan.serve_flags import plan_from_args
 from kvplan.ops.launch import launch_vllm
 from kvplan.ops.profile import server_vllm_version
 from tests.vllm_server import env

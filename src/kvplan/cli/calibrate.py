@@ -27,26 +27,7 @@ def calibrate_cmd(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the profile (for simulate/tune --profile)."),
     validate: Optional[List[Path]] = typer.Option(None, "--validate", help="Held-out bench results: report how "
                                                   "well the fitted profile predicts them (not used in the fit)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The served model (HF id, alias, config.json or "
-                                        "folder): with it the plan of the flags below is recorded in the profile."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the runs were served on (catalog name)."),
-    gpu_memory: pf.GpuMemory = None,
-    device: pf.Device = "cuda",
-    tensor_parallel_size: pf.TensorParallelSize = 1,
-    pipeline_parallel_size: pf.PipelineParallelSize = 1,
-    dtype: pf.Dtype = "auto",
-    quantization: pf.Quantization = None,
-    kv_cache_dtype: pf.KvCacheDtype = "auto",
-    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
-    max_model_len: pf.MaxModelLen = None,
-    max_num_seqs: pf.MaxNumSeqs = None,
-    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
-    block_size: pf.BlockSize = None,
-    enforce_eager: pf.EnforceEager = False,
-    vllm_version: pf.VllmVersion = None,
-    kv_cache_memory: pf.KvCacheMemory = None,
-    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
-    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
     window_chunks: int = typer.Option(8, "--window-chunks", help="Cut each request's decode window into pieces of "
                                       "this many chunks (0 = one equation per request)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, or json (the calibration on stdout)."),
@@ -55,6 +36,9 @@ def calibrate_cmd(
     the API server's latency) to `kvplan bench` runs: each request's decode window and idle TTFT, vLLM's prefill time."""
     from ..sim.calibrate import calibrate, predict_equations
 
+    given = dict(plan or {})
+    model, gpu, gpu_memory = given.get("model"), given.get("gpu"), given.get("gpu_memory")
+    device = given.get("device", "cuda")
     try:
         if fmt not in reports.formats("calibration"):
             raise UsageError(f"--format {fmt!r}: use {reports.choices_text('calibration')}")
@@ -66,13 +50,14 @@ def calibrate_cmd(
         config: dict = {"device": device}
         prior = None
         if model:
-            from ..memory import plan
+            from ..memory import plan as plan_of
+            from ..serve_flags import request_from_values
 
-            req = pf.plan_request_from_flags(**pf.plan_flags_of(locals()))
-            pr = plan(req, what_ifs=False)
+            req = request_from_values(given)
+            pr = plan_of(req, what_ifs=False)
             f = pr.flags
-            config.update(model=pr.model.id, gpu=f.gpu, tensor_parallel_size=tensor_parallel_size,
-                          pipeline_parallel_size=pipeline_parallel_size, max_model_len=f.max_model_len,
+            config.update(model=pr.model.id, gpu=f.gpu, tensor_parallel_size=req.tensor_parallel_size,
+                          pipeline_parallel_size=req.pipeline_parallel_size, max_model_len=f.max_model_len,
                           max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
                           block_size=pr.kv.block_size, num_gpu_blocks=pr.kv.num_gpu_blocks, dtype=f.dtype,
                           kv_cache_dtype=f.kv_cache_dtype, serve_command=pr.serve_command)
@@ -106,5 +91,13 @@ def calibrate_cmd(
         typer.echo(f"profile: {output}  (kvplan simulate ... --profile {output})")
 
 
+#: calibrate's words for two of the serve flags (the runs' server, recorded in the profile)
+_OVERRIDES = {
+    "model": (str, "The served model (HF id, alias, config.json or folder): with it the plan of the flags below is "
+              "recorded in the profile."),
+    "gpu": (str, "GPU the runs were served on (catalog name)."),
+}
+
+
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(calibrate_cmd)
+    app.command("calibrate")(pf.serve_options(calibrate_cmd, overrides=_OVERRIDES))

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from .. import serve_flags as sf
 from .._json import dumps_report
 from ..errors import UsageError
 from ..report import registry as reports
@@ -68,44 +69,11 @@ PlanFormat = reports.format_enum("plan")
 
 
 @app.command("plan")
+@pf.serve_options
 def plan_cmd(
     ctx: typer.Context,
-    model: pf.Model = None,
-    gpu: pf.Gpu = None,
-    gpu_memory: pf.GpuMemory = None,
-    device: pf.Device = "cuda",
-    tensor_parallel_size: pf.TensorParallelSize = 1,
-    pipeline_parallel_size: pf.PipelineParallelSize = 1,
-    data_parallel_size: pf.DataParallelSize = 1,
-    dtype: pf.Dtype = "auto",
-    quantization: pf.Quantization = None,
-    kv_cache_dtype: pf.KvCacheDtype = "auto",
-    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
-    max_model_len: pf.MaxModelLen = None,
-    max_num_seqs: pf.MaxNumSeqs = None,
-    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
-    block_size: pf.BlockSize = None,
-    enforce_eager: pf.EnforceEager = False,
-    vllm_version: pf.VllmVersion = None,
-    engine: pf.Engine = None,
-    kv_cache_memory: pf.KvCacheMemory = None,
-    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
-    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
-    from_log: Optional[Path] = typer.Option(None, "--from-log", help="A vLLM start-up log: use its measured KV memory and flags."),
-    gpus_per_node: pf.GpusPerNode = 8,
-    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
-    flashinfer_sampler: pf.FlashinferSampler = None,
-    enable_lora: pf.EnableLora = False,
-    max_loras: pf.MaxLoras = 1,
-    max_lora_rank: pf.MaxLoraRank = 16,
-    max_cpu_loras: pf.MaxCpuLoras = None,
-    lora_dtype: pf.LoraDtype = "auto",
-    speculative_config: pf.SpeculativeConfig = None,
-    cpu_offload_gb: pf.CpuOffloadGb = 0.0,
-    swap_space: pf.SwapSpace = None,
-    enable_chunked_prefill: pf.EnableChunkedPrefill = None,
-    host_memory: pf.HostMemory = None,
-    entrypoint: pf.Entrypoint = "serve",
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    from_log: Optional[Path] = typer.Option(None, "--from-log", help=sf.FROM_LOG_HELP),
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),
     requests: Optional[str] = typer.Option(None, "--requests", help="A request log (see `kvplan lengths`): add how "
@@ -121,14 +89,15 @@ def plan_cmd(
 
     Exit codes: 0 the plan was computed (STARTS, or FAILS without --strict); 1 FAILS with
     --strict, or --serve-config on a FAILS verdict with nothing that starts; 2 usage errors."""
-    flags = {k: v for k, v in locals().items() if k not in pf.OUTPUT_OPTIONS and k != "ctx"}
+    flags = dict(plan or {})
     try:
-        result, log = pf.plan_from_flags(given=pf.given_flags(ctx), **flags)
+        result, log = sf.plan_from_values(flags, given=frozenset(flags), from_log=from_log)
         traffic = None
         if requests:
             from .lengths import traffic_for_plan
 
-            traffic = traffic_for_plan(requests, model or (log.model if log is not None else None), result, tokenizer)
+            traffic = traffic_for_plan(requests, flags.get("model") or (log.model if log is not None else None),
+                                       result, tokenizer)
         if serve_config is not None:
             from ..report._common import run_block
 

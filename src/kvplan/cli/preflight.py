@@ -24,30 +24,8 @@ def preflight_cmd(
     ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", help="preflight.yaml or .toml: the same keys as these "
                                           "flags (max_model_len or max-model-len); flags given here override it."),
-    # --- the plan (as `kvplan plan`)
-    model: pf.Model = None,
-    gpu: pf.Gpu = None,
-    gpu_memory: pf.GpuMemory = None,
-    device: pf.Device = None,
-    tensor_parallel_size: pf.TensorParallelSize = None,
-    pipeline_parallel_size: pf.PipelineParallelSize = None,
-    data_parallel_size: pf.DataParallelSize = None,
-    dtype: pf.Dtype = None,
-    quantization: pf.Quantization = None,
-    kv_cache_dtype: pf.KvCacheDtype = None,
-    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
-    max_model_len: pf.MaxModelLen = None,
-    max_num_seqs: pf.MaxNumSeqs = None,
-    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
-    block_size: pf.BlockSize = None,
-    enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager"),
-    vllm_version: pf.VllmVersion = None,
-    engine: pf.Engine = None,
-    kv_cache_memory: pf.KvCacheMemory = None,
-    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
-    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
-    gpus_per_node: pf.GpusPerNode = None,
-    disable_hybrid_kv_cache_manager: Optional[bool] = typer.Option(None, "--disable-hybrid-kv-cache-manager/--hybrid-kv-cache-manager"),
+    # --- the plan (as `kvplan plan`): the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    plan: Optional[dict] = None,
     # --- traffic and targets
     requests: Optional[str] = typer.Option(None, "--requests", help="The request log (any format `kvplan lengths` reads)."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Model folder, tokenizer.json or pkg:NAME to count "
@@ -93,7 +71,7 @@ def preflight_cmd(
     strict: Optional[bool] = typer.Option(None, "--strict/--no-strict", help="GO WITH RISKS exits 1 too."),
 ) -> None:
     """Pre-launch checklist: lengths, plan, profile, load test at target QPS x 1.5, baseline, history, alerts."""
-    flags = {k: v for k, v in locals().items() if k not in ("config", "ctx")}
+    flags = {k: v for k, v in locals().items() if k not in ("config", "ctx", "plan")}
     given = set(pf.given_flags(ctx))
     for flag_name, key in (("fmt", "format"), ("vllm_arg", "vllm_args")):  # the config file's spelling
         flags[key] = flags.pop(flag_name) or None
@@ -101,7 +79,7 @@ def preflight_cmd(
             given.add(key)
     flags["log"] = str(log) if log is not None else None
     try:
-        values = _merge(config, {k: v for k, v in flags.items() if k in given})
+        values = _merge(config, {**{k: v for k, v in flags.items() if k in given}, **(plan or {})})
         fmt_value = values.get("format") or "table"
         if fmt_value not in reports.formats("preflight"):
             raise UsageError(f"--format must be {reports.choices_text('preflight')}, got {fmt_value!r}")
@@ -178,9 +156,9 @@ def _plan_request(v: dict):
     else its log) and, with --log, the KV memory and flags the log states, as ``plan --from-log``."""
     from dataclasses import replace
 
-    from .plan_flags import plan_flags_of, plan_request_from_flags
+    from ..serve_flags import request_from_values, values_of
 
-    flags = plan_flags_of(v, skip_none=True)
+    flags = values_of(v)
     log = None
     if v.get("url") and v.get("log"):
         from ..memory.startup_log import parse_startup_log, read_log_text
@@ -198,9 +176,9 @@ def _plan_request(v: dict):
             version, fallback = nearest_supported_version(found)
             flags["vllm_version"] = version
             note = f"vLLM {found} read from {where}" + (f"; {fallback}" if fallback else "")
-    req = plan_request_from_flags(log=log, **flags)
+    req = request_from_values(flags, frozenset(), log)
     return replace(req, notes=req.notes + (note,)) if note else req
 
 
 def register(app: typer.Typer) -> None:
-    app.command("preflight")(preflight_cmd)
+    app.command("preflight")(pf.serve_options(preflight_cmd, unset=True))

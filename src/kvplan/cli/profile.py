@@ -1,7 +1,7 @@
 """``kvplan profile``: thin CLI over kvplan.ops.profile (and kvplan.ops.launch for ``--launch``).
 
 Any option ``kvplan profile`` does not know is a plan flag (``--model``, ``--device``,
-``--kv-cache-memory``, …), read by ``kvplan plan``'s own parser (:func:`kvplan.cli.plan_flags.plan_from_args`,
+``--kv-cache-memory``, …), read as the table of serve flags reads them (:func:`kvplan.serve_flags.plan_from_args`,
 in this process), so a plan is spelled exactly as for ``kvplan plan``. Only typer and the
 standard library at module level (main.py imports this for every command).
 
@@ -120,7 +120,7 @@ def plan_for_server(plan_args: list[str], log: Optional[Path]):
     already give it: the log is a measurement of this very server, an estimate is not."""
     if not plan_args:
         return None
-    from .plan_flags import plan_from_args
+    from ..serve_flags import plan_from_args
 
     given = any(a == f or a.startswith(f + "=") for a in plan_args for f in _KV_MEMORY_FLAGS)
     if log is not None and not given:
@@ -154,8 +154,8 @@ def _sigterm_as_interrupt():
 
 
 def register(app: typer.Typer) -> None:
-    from .plan_flags import plan_flags_help
+    from ..serve_flags import help_lines
 
     app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-                epilog="Plan flags (as for kvplan plan; every other option is one of these):\n\n" + plan_flags_help()
+                epilog="Plan flags (as for kvplan plan; every other option is one of these):\n\n" + help_lines()
                 )(profile_cmd)

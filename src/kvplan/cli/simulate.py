@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from .. import serve_flags as sf
 from ..errors import KvplanError, UsageError
 from ..report import registry as reports
 from . import plan_flags as pf
@@ -20,39 +21,12 @@ from . import traffic_flags as tf
 from ._exit import fail as _fail
 
 
-#: the plan flags' defaults in this command (a --from-serve-cmd value fills a flag left at its default)
-_PLAN_DEFAULTS = {"device": "cuda", "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1,
-                  "dtype": "auto", "kv_cache_dtype": "auto", "enforce_eager": False, "gpus_per_node": 8,
-                  "disable_hybrid_kv_cache_manager": False}
-
-
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(tf.bench_flags(simulate_cmd))
+    app.command("simulate")(pf.serve_options(tf.bench_flags(simulate_cmd)))
 
 
 def simulate_cmd(
-    model: pf.Model = None,
-    gpu: pf.Gpu = None,
-    gpu_memory: pf.GpuMemory = None,
-    device: pf.Device = "cuda",
-    tensor_parallel_size: pf.TensorParallelSize = 1,
-    pipeline_parallel_size: pf.PipelineParallelSize = 1,
-    data_parallel_size: pf.DataParallelSize = 1,
-    dtype: pf.Dtype = "auto",
-    quantization: pf.Quantization = None,
-    kv_cache_dtype: pf.KvCacheDtype = "auto",
-    gpu_memory_utilization: pf.GpuMemoryUtilization = None,
-    max_model_len: pf.MaxModelLen = None,
-    max_num_seqs: pf.MaxNumSeqs = None,
-    max_num_batched_tokens: pf.MaxNumBatchedTokens = None,
-    block_size: pf.BlockSize = None,
-    enforce_eager: pf.EnforceEager = False,
-    vllm_version: pf.VllmVersion = None,
-    kv_cache_memory: pf.KvCacheMemory = None,
-    kv_cache_memory_bytes: pf.KvCacheMemoryBytes = None,
-    num_gpu_blocks_override: pf.NumGpuBlocksOverride = None,
-    gpus_per_node: pf.GpusPerNode = 8,
-    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
     # traffic: vllm bench serve's flags (cli/traffic_flags.py: tf.bench_flags puts them here) ...
     bench: Optional[dict] = None,
     warm_prompts: tf.WarmPrompts = None,
@@ -71,16 +45,6 @@ def simulate_cmd(
     seed: Optional[int] = typer.Option(None, "--seed", help="[0]"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Step-time profile from `kvplan calibrate` (default: roofline prior)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,tpot_p99=100ms."),
-    no_prefix_caching: bool = typer.Option(False, "--no-enable-prefix-caching", help="vLLM's --no-enable-prefix-caching."),
-    long_prefill_token_threshold: int = typer.Option(0, "--long-prefill-token-threshold"),
-    no_async_scheduling: bool = typer.Option(False, "--no-async-scheduling", help="vLLM's --no-async-scheduling."),
-    async_scheduling_on: bool = typer.Option(False, "--async-scheduling",
-                                             help="vLLM's --async-scheduling (the default from 0.14 on one node)."),
-    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel",
-                                                help="vLLM's --enable-expert-parallel: MoE experts split whole over the ranks."),
-    load_balancer: Optional[str] = typer.Option(None, "--load-balancer", help="With -dp: how requests reach the "
-                                                "replicas: vllm (vLLM's own, per version), round_robin, random, "
-                                                "least_outstanding [vllm]."),
     saturation_search: bool = typer.Option(False, "--find-saturation", help="Also bisect the rate for the max sustainable QPS (at --slo)."),
     capacity: bool = typer.Option(False, "--capacity", help="Max sustainable QPS at the SLO for each max_model_len of the plan's ladder."),
     interval: str = typer.Option("1s", "--timeline-interval", help="Timeline resolution."),
@@ -93,6 +57,7 @@ def simulate_cmd(
     try:
         flags = dict(locals())
         flags.update(flags.pop("bench"))
+        flags.update(flags.pop("plan"))
         d = simulate_from_flags(flags)
     except typer.Exit:
         raise
@@ -113,8 +78,9 @@ class PlanDoesNotStart(KvplanError):
 
 
 def simulate_from_flags(flags: dict) -> dict:
-    """``kvplan simulate``'s result JSON for its parameters (``simulate_cmd``'s ``locals()``): the
-    command and ``kvplan ui`` both call this, so the page shows the CLI's numbers."""
+    """``kvplan simulate``'s result JSON for its parameters (``simulate_cmd``'s ``locals()``, the
+    serve flags among them by field: those given, or all of them): the command and ``kvplan ui``
+    both call this, so the page shows the CLI's numbers."""
     fmt, slo, interval, rate, requests = flags["fmt"], flags["slo"], flags["interval"], flags["rate"], flags["requests"]
     from ..slo import parse_seconds, parse_slo
 
@@ -124,17 +90,14 @@ def simulate_from_flags(flags: dict) -> dict:
     step = parse_seconds(interval, "--timeline-interval")
     if not step > 0:
         raise UsageError("--timeline-interval must be positive")
-    if flags["no_async_scheduling"] and flags.get("async_scheduling_on"):
-        raise UsageError("give --async-scheduling or --no-async-scheduling, not both")
-    plan_kw = pf.plan_flags_of(flags)
-    sim_opts: dict = {}
-    notes = tf.apply_serve_cmd(flags["from_serve_cmd"], plan_kw, _PLAN_DEFAULTS, sim_opts)
-    if not plan_kw.get("model") and flags["from_bench_cmd"]:
+    values = sf.values_of(flags)
+    notes = tf.apply_serve_cmd(flags["from_serve_cmd"], values)
+    if not values.get("model") and flags["from_bench_cmd"]:
         from ..workload.bench_cmd import parse_bench_cmd
 
-        plan_kw["model"] = parse_bench_cmd(flags["from_bench_cmd"]).model
-    req = pf.plan_request_from_flags(**plan_kw)
-    make_trace, _ = tf.traffic_maker(flags=flags, model_spec=req.model, vllm_version=plan_kw.get("vllm_version"),
+        values["model"] = parse_bench_cmd(flags["from_bench_cmd"]).model
+    req = sf.request_from_values(values)
+    make_trace, _ = tf.traffic_maker(flags=flags, model_spec=req.model, vllm_version=values.get("vllm_version"),
                                      notes=notes)
     from ..memory import plan
     from ..sim import StepTimeProfile, simulate
@@ -151,17 +114,9 @@ def simulate_from_flags(flags: dict) -> dict:
     prof = StepTimeProfile.load(profile) if profile else None
 
     trace = make_trace(rate)
-    opts = dict(enable_prefix_caching=not flags["no_prefix_caching"] and sim_opts.get("enable_prefix_caching", True),
-                long_prefill_token_threshold=flags["long_prefill_token_threshold"] or
-                sim_opts.get("long_prefill_token_threshold", 0),
-                async_scheduling=False if flags["no_async_scheduling"] else True if flags.get("async_scheduling_on")
-                else sim_opts.get("async_scheduling"),
-                enable_expert_parallel=bool(flags.get("enable_expert_parallel") or sim_opts.get("enable_expert_parallel")))
-    from ..sim.balancer import parse_balancer
-
-    opts["load_balancer"] = parse_balancer(flags.get("load_balancer"))
+    # the scheduler's flags (prefix caching, long prefills, async scheduling) travel in the request
     result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=step, slo=slos,
-                      per_request=flags["per_request"], **opts)
+                      per_request=flags["per_request"])
     d = result.to_dict()
     if (flags["saturation_search"] or flags["html"] is not None) and (rate is not None or requests
                                                                      or trace.bench is not None):
@@ -169,11 +124,11 @@ def simulate_from_flags(flags: dict) -> dict:
         from ..sim import find_saturation
 
         d["saturation_search"] = find_saturation(req, make_trace, slo=slos, profile=prof,
-                                                 plan_result=plan_result, **opts)
+                                                 plan_result=plan_result)
     if flags["capacity"]:
         from ..sim import capacity_boundary
 
-        d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=slos, profile=prof, **opts)
+        d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=slos, profile=prof)
     return d
 
 

@@ -107,22 +107,16 @@ def parse_rate(text: Optional[str], flag: str = "--request-rate") -> Optional[fl
     return v
 
 
-def apply_serve_cmd(text: Optional[str], plan: dict[str, Any], defaults: dict[str, Any],
-                    options: dict[str, Any]) -> tuple[str, ...]:
-    """``--from-serve-cmd``: fill the plan flags the command line left at their defaults (in
-    ``plan``, in place) and the simulate options (``options``). Returns the notes."""
+def apply_serve_cmd(text: Optional[str], values: dict[str, Any]) -> tuple[str, ...]:
+    """``--from-serve-cmd``: fill the serve flags the command line did not give (``values``, by
+    field, in place) from the pasted ``vllm serve`` line. Returns the notes."""
     if not text:
         return ()
     from ..workload.bench_cmd import parse_serve_cmd
 
     ps = parse_serve_cmd(text)
     for key, value in ps.plan.items():
-        if key not in plan:
-            continue
-        if plan[key] is None or plan[key] == defaults.get(key):
-            plan[key] = value
-    for key, value in ps.options.items():
-        options.setdefault(key, value)
+        values.setdefault(key, value)
     return tuple(ps.notes)
 
 

@@ -102,35 +102,36 @@ def build_space(*, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memo
     return TuneSpace(**kw).validate()
 
 
+#: the serve flags tune reads its own way: lists of values to search (the space), and the ones that
+#: describe the base configuration only
+_OVERRIDES = {
+    "gpu": (str, "GPU type(s) from the catalog, comma-separated (e.g. A100-80GB,H100)."),
+    "gpu_memory": (str, "Total memory of one GPU (a custom GPU; no roofline without --profile)."),
+    "tensor_parallel_size": (str, "TP sizes, e.g. 1,2,4,8 (default: the powers of two dividing --gpus).", "--tp"),
+    "data_parallel_size": (int, "Without --gpus: the replicas of every TP."),
+    "kv_cache_dtype": (str, "e.g. auto,fp8 (the plan's rule for fp8 on each GPU and vLLM version) [default: "
+                       "auto,fp8]."),
+    "gpu_memory_utilization": (str, "[default: 0.9,0.95]"),
+    "max_model_len": (str, "e.g. 4K,8K; default: what the workload needs."),
+    "max_num_seqs": (str, "e.g. 32,64,256 ('default' = vLLM's) [default: 64,128,256]."),
+    "max_num_batched_tokens": (str, "e.g. 2048,8192 ('default' = vLLM's) [default: vLLM's]."),
+    "kv_cache_memory": (str, "Measured KV memory per GPU (base GPU/TP/utilization only)."),
+    "kv_cache_memory_bytes": (str, "vLLM's flag: exact KV bytes per GPU (base only)."),
+    "num_gpu_blocks_override": (int, "(base GPU/TP/utilization only)"),
+}
+
+#: the space's flags: lists of values, never the base request's as given
+_SPACE = ("gpu", "tensor_parallel_size", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+          "max_num_batched_tokens")
+
+
 def register(app: typer.Typer) -> None:
-    app.command("tune")(tf.bench_flags(tune_cmd))
+    app.command("tune")(pf.serve_options(tf.bench_flags(tune_cmd), overrides=_OVERRIDES))
 
 
 def tune_cmd(
-    model: pf.Model = None,
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type(s) from the catalog, comma-separated (e.g. A100-80GB,H100)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Total memory of one GPU (a custom GPU; no roofline without --profile)."),
-    device: pf.Device = "cuda",
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs) [default: TP × PP × DP of the base]."),
-    tensor_parallel_size: Optional[str] = typer.Option(None, "--tensor-parallel-size", "-tp", "--tp",
-                                                       help="TP sizes, e.g. 1,2,4,8 (default: the powers of two dividing --gpus)."),
-    pipeline_parallel_size: pf.PipelineParallelSize = 1,
-    data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", help="Without --gpus: the replicas of every TP."),
-    dtype: pf.Dtype = "auto",
-    quantization: pf.Quantization = None,
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="e.g. auto,fp8 (the plan's rule for fp8 on each GPU and vLLM version) [default: auto,fp8]."),
-    gpu_memory_utilization: Optional[str] = typer.Option(None, "--gpu-memory-utilization", help="[default: 0.9,0.95]"),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="e.g. 4K,8K; default: what the workload needs."),
-    max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="e.g. 32,64,256 ('default' = vLLM's) [default: 64,128,256]."),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="e.g. 2048,8192 ('default' = vLLM's) [default: vLLM's]."),
-    block_size: pf.BlockSize = None,
-    enforce_eager: pf.EnforceEager = False,
-    vllm_version: pf.VllmVersion = None,
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="Measured KV memory per GPU (base GPU/TP/utilization only)."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(None, "--kv-cache-memory-bytes", help="vLLM's flag: exact KV bytes per GPU (base only)."),
-    num_gpu_blocks_override: Optional[int] = typer.Option(None, "--num-gpu-blocks-override", help="(base GPU/TP/utilization only)"),
-    gpus_per_node: pf.GpusPerNode = 8,
-    disable_hybrid_kv_cache_manager: pf.DisableHybridKvCacheManager = False,
     # traffic (as `kvplan simulate`): vllm bench serve's flags, offered to the whole deployment
     # (cli/traffic_flags.py: tf.bench_flags puts them here) ...
     bench: Optional[dict] = None,
@@ -164,37 +165,39 @@ def tune_cmd(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
 ) -> None:
     """Search vLLM's flags, GPU type and TP × DP split for the best configuration under SLOs (simulated)."""
+    given = dict(plan or {})
+    model, gpu, gpu_memory, vllm_version = (given.get(k) for k in ("model", "gpu", "gpu_memory", "vllm_version"))
     try:
         if fmt not in reports.formats("tune"):
             raise UsageError(f"--format must be {reports.choices_text('tune')}, got {fmt!r}")
         if top < 1:
             raise UsageError(f"--top must be at least 1, got {top}")
+        from ..serve_flags import request_from_values
         from ..slo import parse_slo
 
         slos = parse_slo(slo)
         # --gpu-memory describes one custom GPU (named by --gpu): no catalog list then.
         gpu_names = parse_list(gpu, "--gpu", _gpu_name) if gpu and not gpu_memory else ()
-        space = build_space(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                            kv_cache_dtype=kv_cache_dtype, gpus=gpus, tp=tensor_parallel_size,
+        space = build_space(max_num_seqs=given.get("max_num_seqs"),
+                            max_num_batched_tokens=given.get("max_num_batched_tokens"),
+                            max_model_len=given.get("max_model_len"),
+                            gpu_memory_utilization=given.get("gpu_memory_utilization"),
+                            kv_cache_dtype=given.get("kv_cache_dtype"), gpus=gpus, tp=given.get("tensor_parallel_size"),
                             gpu=None if gpu_memory else gpu,
                             coverage=coverage if coverage is not None else (99.9 if requests else None))
         flags = dict(locals())
         flags.update(flags.pop("bench"))
+        flags.pop("plan")
         if not model and from_bench_cmd:
             from ..workload.bench_cmd import parse_bench_cmd
 
             model = parse_bench_cmd(from_bench_cmd).model
         # The base is the first value of each list: the measured KV memory and a --profile describe it.
-        base = pf.plan_request_from_flags(
-            model=model, gpu=gpu_names[0] if gpu_names else gpu, gpu_memory=gpu_memory, device=device,
-            tensor_parallel_size=space.tensor_parallel[0] if space.tensor_parallel else 1,
-            pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size, dtype=dtype,
-            quantization=quantization, kv_cache_dtype=space.kv_cache_dtype[0],
-            gpu_memory_utilization=space.gpu_memory_utilization[0], block_size=block_size,
-            enforce_eager=enforce_eager, vllm_version=vllm_version, kv_cache_memory=kv_cache_memory,
-            kv_cache_memory_bytes=kv_cache_memory_bytes, num_gpu_blocks_override=num_gpu_blocks_override,
-            gpus_per_node=gpus_per_node, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+        base = request_from_values({
+            **{k: v for k, v in given.items() if k not in _SPACE}, "model": model,
+            "gpu": gpu_names[0] if gpu_names else gpu,
+            "tensor_parallel_size": space.tensor_parallel[0] if space.tensor_parallel else 1,
+            "kv_cache_dtype": space.kv_cache_dtype[0], "gpu_memory_utilization": space.gpu_memory_utilization[0]})
         make_trace, _ = tf.traffic_maker(flags=flags, model_spec=base.model, vllm_version=vllm_version)
         trace = make_trace(rate)
         # No length chosen: tune derives it, extending the trace until the rows that could win are judged.

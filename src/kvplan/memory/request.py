@@ -1,4 +1,7 @@
-"""``PlanRequest``: what ``plan()`` is asked, the serve flags as vLLM names them."""
+"""``PlanRequest``: what ``plan()`` is asked, the serve flags as vLLM names them.
+
+Each serve flag a user can give is a row of :data:`kvplan.serve_flags.SERVE_FLAGS` and a field
+here of the same name (its module docstring says how to add one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,6 +42,13 @@ class PlanRequest:
     # installed (release images); False = PyTorch-native (e.g. a plain pip install of 0.10-0.11.0;
     # the default itself from 0.11.1 to 0.20)
     flashinfer_sampler: Optional[bool] = None
+    # the scheduler's flags (None: vLLM's default, which the simulator resolves)
+    enable_prefix_caching: Optional[bool] = None
+    long_prefill_token_threshold: Optional[int] = None
+    async_scheduling: Optional[bool] = None
+    enable_expert_parallel: Optional[bool] = None  # MoE experts whole per rank (None: vLLM's default, off)
+    # how requests reach the data-parallel replicas (sim/balancer.py; None: vLLM's own for the version)
+    load_balancer: Optional[str] = None
     entrypoint: str = "serve"
     engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
     kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log

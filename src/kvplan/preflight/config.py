@@ -13,22 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, file_not_found
+from ..serve_flags import BY_FIELD, SERVE_FLAGS, config_types
 
 _NUM = (int, float)
-_SIZE = (int, float, str)  # "32K", 8192, "30GiB"
 
-#: flags of `kvplan plan` that preflight takes: key -> accepted types
-PLAN_KEYS: dict[str, tuple[type, ...]] = {
-    "model": (str,), "gpu": (str,), "gpu_memory": (str,), "device": (str,),
-    "tensor_parallel_size": (int,), "pipeline_parallel_size": (int,), "data_parallel_size": (int,),
-    "dtype": (str,), "quantization": (str,), "kv_cache_dtype": (str,), "gpu_memory_utilization": _NUM,
-    "max_model_len": _SIZE, "max_num_seqs": (int,), "max_num_batched_tokens": _SIZE, "block_size": (int,),
-    "enforce_eager": (bool,), "vllm_version": (str,), "engine": (str,), "kv_cache_memory": _SIZE,
-    "kv_cache_memory_bytes": _SIZE, "num_gpu_blocks_override": (int,), "gpus_per_node": (int,),
-    "disable_hybrid_kv_cache_manager": (bool,), "tokenizer": (str,),
-}
+#: the serve flags (every row of kvplan/serve_flags.py's table): key -> accepted types
+PLAN_KEYS: dict[str, tuple[type, ...]] = {f.field: config_types(f) for f in SERVE_FLAGS}
 #: preflight's own flags
 PREFLIGHT_KEYS: dict[str, tuple[type, ...]] = {
+    "tokenizer": (str,),
     "requests": (str,), "target_qps": _NUM, "load_factor": _NUM, "slo": (str, dict), "duration": (str, int, float),
     "url": (str,), "log": (str,), "launch": (bool,), "vllm_bin": (str,), "vllm_args": (list, str), "baseline": (str,),
     "dry_run": (bool,), "output_dir": (str,), "format": (str,), "max_tokens": (int,), "history_turns": (int,),
@@ -142,7 +135,7 @@ def _normalise(key: str, value: Any, where: str) -> Any:
         if not all(isinstance(v, (str, int, float)) for v in value):
             raise UsageError(f"{where}: vllm_args: expected a list of strings")
         return [str(v) for v in value]
-    if key in ("max_model_len", "max_num_batched_tokens", "kv_cache_memory", "kv_cache_memory_bytes",
-               "vllm_version", "duration", "startup_timeout", "request_timeout"):
+    if key in BY_FIELD and BY_FIELD[key].sizes or key in ("vllm_version", "duration", "startup_timeout",
+                                                           "request_timeout"):
         return str(value)
     return value

@@ -57,15 +57,29 @@ def _api_handoff(requests, prof):
 
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
              plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
-             enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
+             enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: Optional[int] = None,
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None,
-             load_balancer: Optional[str] = None, enable_expert_parallel: bool = False) -> SimResult:
+             load_balancer: Optional[str] = None, enable_expert_parallel: Optional[bool] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
-    :class:`KvplanError`) with vLLM's error text when the configuration would not start.
+    :class:`KvplanError`) with vLLM's error text when the configuration would not start. The
+    scheduler's flags not passed here are the request's (``--no-enable-prefix-caching``, ...).
 
     With ``data_parallel_size`` N > 1 every replica is simulated, the trace reaching them through
-    ``load_balancer`` (:mod:`kvplan.sim.balancer`; default vLLM's own for the plan's version)."""
+    ``load_balancer`` (:mod:`kvplan.sim.balancer`; default: the request's ``--load-balancer``, else
+    vLLM's own for the plan's version)."""
+    if enable_prefix_caching is None:
+        enable_prefix_caching = request.enable_prefix_caching is not False
+    if long_prefill_token_threshold is None:
+        long_prefill_token_threshold = request.long_prefill_token_threshold or 0
+    if async_scheduling is None:
+        async_scheduling = request.async_scheduling
+    if load_balancer is None:
+        from .balancer import parse_balancer
+
+        load_balancer = parse_balancer(request.load_balancer)
+    if enable_expert_parallel is None:
+        enable_expert_parallel = bool(request.enable_expert_parallel)
     if plan_result is None:
         from ..memory import plan
 
@@ -411,8 +425,13 @@ def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: 
         from ..memory import plan
 
         plan_result = plan(request, what_ifs=False)
-    prof = profile or default_profile(request, plan_result, async_scheduling=sim_kwargs.get("async_scheduling"),
-                                      expert_parallel=sim_kwargs.get("enable_expert_parallel", False))
+    asy = sim_kwargs.get("async_scheduling")
+    if asy is None:
+        asy = request.async_scheduling
+    ep = sim_kwargs.get("enable_expert_parallel")
+    if ep is None:
+        ep = bool(request.enable_expert_parallel)
+    prof = profile or default_profile(request, plan_result, async_scheduling=asy, expert_parallel=ep)
     probes: list[dict] = []
 
     judge_errors = not any(s.key == "error_rate" for s in slo)  # else the SLO's error_rate decides

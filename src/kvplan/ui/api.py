@@ -3,7 +3,7 @@
 The page sends the argv it would run (``["--model", "llama3-8b", "-tp", "2"]``) and gets back
 exactly what ``kvplan plan|simulate|lengths ... --format json`` prints: the flags are read by the
 command's own parser (names, defaults, checks), then the same library functions the commands call
-build the result (:func:`kvplan.cli.plan_flags.plan_from_args`, ``simulate_from_flags``,
+build the result (:func:`kvplan.serve_flags.plan_from_args`, ``simulate_from_flags``,
 ``lengths_from_flags``). Nothing here decides a number.
 
 What the page may not do is reach outside the page: flags that name a file on this machine
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UsageError
+from ..serve_flags import SERVE_FLAGS
 
 #: largest upload (a config.json or a request log) the server reads
 MAX_UPLOAD_BYTES = 20 << 20
@@ -29,31 +30,27 @@ MAX_UPLOAD_BYTES = 20 << 20
 #: any other version is accepted too, as on the command line
 VERSIONS_READ = ("0.33", "0.32.0", "0.27.0", "0.21.0", "0.15.1", "0.11.0", "0.10.2", "0.8.5")
 
-_PLAN_VALUE_FLAGS = {"--model", "-m", "--gpu", "--gpu-memory", "--device", "--tensor-parallel-size", "-tp",
-                     "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp", "--dtype", "--quantization",
-                     "-q", "--kv-cache-dtype", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
-                     "--max-num-batched-tokens", "--block-size", "--vllm-version", "--engine", "--kv-cache-memory",
-                     "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--gpus-per-node", "--entrypoint"}
-_PLAN_BOOL_FLAGS = {"--enforce-eager", "--disable-hybrid-kv-cache-manager"}
-#: plan's flags for LoRA, CPU offload, swap space and chunked prefill (kvplan.memory.lora / offload)
-_SERVE_FLAG_VALUES = {"--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--cpu-offload-gb",
-                      "--swap-space", "--host-memory"}
-_SERVE_FLAG_BOOLS = {"--enable-lora", "--enable-chunked-prefill", "--no-enable-chunked-prefill"}
+#: serve flags the page may not send: --speculative-config's "model" names a config the server would
+#: load (a path or a hub id)
+_SERVE_NOT_FROM_THE_PAGE = {"speculative_config"}
+#: every other serve flag of the table (kvplan/serve_flags.py), in every spelling
+_PLAN_VALUE_FLAGS = {n for f in SERVE_FLAGS if f.type is not bool and f.field not in _SERVE_NOT_FROM_THE_PAGE
+                     for n in f.names}
+_PLAN_BOOL_FLAGS = {n for f in SERVE_FLAGS if f.type is bool for n in f.all_names()}
 _SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--input-len", "--output-len",
-                    "--arrival", "--seed", "--slo", "--long-prefill-token-threshold", "--timeline-interval",
+                    "--arrival", "--seed", "--slo", "--timeline-interval",
                     "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--dataset-name",
                     "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
-                    "--sharegpt-output-len", "--num-warmups", "--warm-prompts", "--warm-prompt-len", "--load-balancer"}
-_SIM_BOOL_FLAGS = {"--no-enable-prefix-caching", "--no-async-scheduling", "--async-scheduling",
-                   "--enable-expert-parallel", "--ignore-eos"}
+                    "--sharegpt-output-len", "--num-warmups", "--warm-prompts", "--warm-prompt-len"}
+_SIM_BOOL_FLAGS = {"--ignore-eos"}
 _LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp", "--max-tokens", "--percentile",
                         "-p", "--block-size", "--input-format", "--container", "--session-field",
                         "--timestamp-field", "--duration-field"}
 _LENGTHS_BOOL_FLAGS = {"--estimate", "--no-estimate"}
 
 ALLOWED = {
-    "plan": (_PLAN_VALUE_FLAGS | _SERVE_FLAG_VALUES, _PLAN_BOOL_FLAGS | _SERVE_FLAG_BOOLS),
-    "simulate": (_PLAN_VALUE_FLAGS - {"--engine", "--entrypoint"} | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
+    "plan": (_PLAN_VALUE_FLAGS, _PLAN_BOOL_FLAGS),
+    "simulate": (_PLAN_VALUE_FLAGS | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
     "lengths": (_LENGTHS_VALUE_FLAGS, _LENGTHS_BOOL_FLAGS),
 }
 
@@ -168,7 +165,7 @@ def _params(command: str, argv: list[str]) -> dict:
 
 def plan_json(argv: list[str]) -> dict:
     """``kvplan plan ARGV --format json``."""
-    from ..cli.plan_flags import plan_from_args
+    from ..serve_flags import plan_from_args
 
     return plan_from_args(argv).to_dict()
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import UsageError
+from ..serve_flags import read_number as _num
+from ..serve_flags import split_argv as _parse_flags
 
 # (name, kind): kind "value" takes one argument, "flag" none, "multi" one or more (nargs="+"/"*")
 _BENCH_MAPPED = {
@@ -46,17 +48,7 @@ _BENCH_UNSUPPORTED = {
     "--custom-output-len": "value", "--extra-body": "value", "--repetition-penalty": "value",
 }
 
-_SERVE_MAPPED = {
-    "--model": "value", "--tensor-parallel-size": "value", "-tp": "value", "--pipeline-parallel-size": "value",
-    "-pp": "value", "--data-parallel-size": "value", "-dp": "value", "--dtype": "value", "--quantization": "value",
-    "-q": "value", "--kv-cache-dtype": "value", "--gpu-memory-utilization": "value", "--max-model-len": "value",
-    "--max-num-seqs": "value", "--max-num-batched-tokens": "value", "--block-size": "value",
-    "--enforce-eager": "flag", "--num-gpu-blocks-override": "value", "--kv-cache-memory-bytes": "value",
-    "--disable-hybrid-kv-cache-manager": "flag", "--enable-prefix-caching": "flag",
-    "--no-enable-prefix-caching": "flag", "--long-prefill-token-threshold": "value",
-    "--async-scheduling": "flag", "--no-async-scheduling": "flag", "--enable-chunked-prefill": "flag",
-    "--kv-cache-memory": "value", "--enable-expert-parallel": "flag",
-}
+#: vLLM serve's flags kvplan reads are the table's (kvplan/serve_flags.py); these it reads past:
 _SERVE_IGNORED = {
     "--host": "value", "--port": "value", "--trust-remote-code": "flag", "--served-model-name": "multi",
     "--tokenizer": "value", "--tokenizer-mode": "value", "--enable-auto-tool-choice": "flag",
@@ -64,14 +56,12 @@ _SERVE_IGNORED = {
     "--load-format": "value", "--distributed-executor-backend": "value", "--api-key": "value",
     "--disable-log-requests": "flag", "--disable-log-stats": "flag", "--enable-log-requests": "flag",
     "--uvicorn-log-level": "value", "--chat-template": "value", "--download-dir": "value", "--seed": "value",
-    "--swap-space": "value", "--generation-config": "value", "--max-seq-len-to-capture": "value",
+    "--generation-config": "value", "--max-seq-len-to-capture": "value",
     "--disable-uvicorn-access-log": "flag", "--revision": "value", "--max-log-len": "value",
     "--disable-custom-all-reduce": "flag", "--disable-detokenize": "flag",
 }
 _SERVE_UNSUPPORTED = {
-    "--speculative-config": "value", "--enable-lora": "flag", "--cpu-offload-gb": "value",
-    "--kv-transfer-config": "value", "--max-loras": "value", "--max-lora-rank": "value",
-    "--pipeline-parallel-backend": "value", "--kv-offloading-size": "value",
+    "--kv-transfer-config": "value", "--pipeline-parallel-backend": "value", "--kv-offloading-size": "value",
 }
 
 
@@ -91,86 +81,6 @@ def _strip_env(argv: list[str]) -> tuple[list[str], list[str]]:
         argv.pop(0)
         return _strip_env(argv)
     return argv, env
-
-
-def _canon(flag: str) -> str:
-    """--random_input_len -> --random-input-len (vLLM's FlexibleArgumentParser)."""
-    if flag.startswith("--"):
-        return "--" + flag[2:].replace("_", "-")
-    return flag
-
-
-def _parse_flags(argv: list[str], tables: dict[str, dict], what: str) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> ({flag: value or True or [values]}, positionals, ignored flags). Errors name
-    unknown and unsupported flags together."""
-    known: dict[str, str] = {}
-    for table in tables.values():
-        known.update(table)
-    out: dict[str, Any] = {}
-    positionals: list[str] = []
-    ignored: list[str] = []
-    unknown: list[str] = []
-    unsupported: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        i += 1
-        if not tok.startswith("-") or tok == "-":
-            positionals.append(tok)
-            continue
-        name, eq, inline = tok.partition("=")
-        name = _canon(name)
-        if name not in known and name.startswith("--"):
-            matches = [k for k in known if k.startswith(name)]
-            if len(matches) == 1:  # argparse's allow_abbrev
-                name = matches[0]
-            elif len(matches) > 1:
-                raise UsageError(f"{what}: {tok} is ambiguous (could be {', '.join(sorted(matches))})")
-        kind = known.get(name)
-        if kind is None:
-            unknown.append(name)
-            # skip its value, if it seems to have one
-            if not eq and i < len(argv) and not argv[i].startswith("-"):
-                i += 1
-            continue
-        if kind == "flag":
-            value: Any = True
-        elif kind == "value":
-            if eq:
-                value = inline
-            elif i < len(argv):
-                value = argv[i]
-                i += 1
-            else:
-                raise UsageError(f"{what}: {name} needs a value")
-        else:
-            vals = [inline] if eq else []
-            while i < len(argv) and not argv[i].startswith("--"):
-                vals.append(argv[i])
-                i += 1
-            value = vals
-        if name in tables.get("unsupported", {}):
-            unsupported.append(name)
-        elif name in tables.get("ignored", {}):
-            ignored.append(name)
-        else:
-            out[name] = value
-    if unknown or unsupported:
-        parts = []
-        if unsupported:
-            parts.append(f"not modelled by kvplan: {', '.join(unsupported)}")
-        if unknown:
-            parts.append(f"unknown flag(s): {', '.join(unknown)}")
-        raise UsageError(f"{what}: " + "; ".join(parts))
-    return out, positionals, ignored
-
-
-def _num(value: str, flag: str, kind=float):
-    try:
-        v = kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag}: cannot read {value!r} as a number") from None
-    return v
 
 
 @dataclass(frozen=True)
@@ -242,8 +152,7 @@ def parse_bench_cmd(text: str) -> ParsedBench:
 
 @dataclass(frozen=True)
 class ParsedServe:
-    plan: dict[str, Any]  # kvplan plan-flag keyword arguments (PLAN_KEYS names)
-    options: dict[str, Any]  # simulate options: enable_prefix_caching, async_scheduling, long_prefill_token_threshold
+    plan: dict[str, Any]  # the serve flags' values by field (kvplan/serve_flags.py), the model among them
     notes: tuple[str, ...]
 
 
@@ -265,57 +174,20 @@ def parse_serve_cmd(text: str) -> ParsedServe:
         argv = argv[3:]
     else:
         raise UsageError(f"{what}: expected 'vllm serve MODEL ...', got {text[:60]!r}")
+    from ..serve_flags import SERVE_FLAGS, parse_serve_argv, serve_flag_kinds
+
     flags, positionals, ignored = _parse_flags(
-        argv, {"mapped": _SERVE_MAPPED, "ignored": _SERVE_IGNORED, "unsupported": _SERVE_UNSUPPORTED}, what)
+        argv, {"mapped": serve_flag_kinds(), "ignored": _SERVE_IGNORED, "unsupported": _SERVE_UNSUPPORTED}, what,
+        exact={n for f in SERVE_FLAGS if not f.vllm for n in f.all_names()})
     if positionals:
         raise UsageError(f"{what}: unexpected argument(s) {' '.join(positionals)}")
-    model = flags.get("--model", model)
-    if not model:
+    plan: dict[str, Any] = parse_serve_argv(flags)
+    plan["model"] = plan.get("model", model)
+    if not plan["model"]:
         raise UsageError(f"{what}: no model (vllm serve MODEL or --model)")
-    plan: dict[str, Any] = {"model": model}
-
-    def get(*names):
-        for n in names:
-            if n in flags:
-                return flags[n]
-        return None
-
-    for names, key, kind in ((("--tensor-parallel-size", "-tp"), "tensor_parallel_size", int),
-                             (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", int),
-                             (("--data-parallel-size", "-dp"), "data_parallel_size", int),
-                             (("--max-num-seqs",), "max_num_seqs", int), (("--block-size",), "block_size", int),
-                             (("--num-gpu-blocks-override",), "num_gpu_blocks_override", int),
-                             (("--gpu-memory-utilization",), "gpu_memory_utilization", float)):
-        v = get(*names)
-        if v is not None:
-            plan[key] = _num(v, names[0], kind)
-    for names, key in ((("--dtype",), "dtype"), (("--quantization", "-q"), "quantization"),
-                       (("--kv-cache-dtype",), "kv_cache_dtype"), (("--max-model-len",), "max_model_len"),
-                       (("--max-num-batched-tokens",), "max_num_batched_tokens"),
-                       (("--kv-cache-memory-bytes",), "kv_cache_memory_bytes"),
-                       (("--kv-cache-memory",), "kv_cache_memory")):
-        v = get(*names)
-        if v is not None:
-            plan[key] = str(v)
-    if flags.get("--enforce-eager"):
-        plan["enforce_eager"] = True
-    if flags.get("--disable-hybrid-kv-cache-manager"):
-        plan["disable_hybrid_kv_cache_manager"] = True
-    options: dict[str, Any] = {}
-    if flags.get("--no-enable-prefix-caching"):
-        options["enable_prefix_caching"] = False
-    if flags.get("--no-async-scheduling"):
-        options["async_scheduling"] = False
-    elif flags.get("--async-scheduling"):
-        options["async_scheduling"] = True
-    if flags.get("--enable-expert-parallel"):
-        options["enable_expert_parallel"] = True
-    if "--long-prefill-token-threshold" in flags:
-        options["long_prefill_token_threshold"] = _num(flags["--long-prefill-token-threshold"],
-                                                       "--long-prefill-token-threshold", int)
     if ignored:
         notes.append(f"no effect on the plan: {', '.join(sorted(set(ignored)))}")
-    return ParsedServe(plan, options, tuple(notes))
+    return ParsedServe(plan, tuple(notes))
 
 
 def is_inf(value: Optional[float]) -> bool:
