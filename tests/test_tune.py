@@ -177,7 +177,7 @@ def test_a_configuration_whose_backlog_grows_does_not_meet_the_slo():
     res = tune(base, trace, parse_slo("ttft_p99=600s"), space=space, processes=1)
     (row,) = res.rows
     assert row.saturated is True and not row.meets_slo and res.winner is None
-    assert [c.key for c in row.checks if not c.passed] == ["not_saturated"]
+    assert [c.name for c in row.checks if not c.passed] == ["not_saturated"]
     assert any("cannot carry the rate" in n for n in res.notes)
 
 
@@ -193,7 +193,7 @@ def test_an_unjudged_row_never_wins_and_a_derived_trace_judges_it():
     short = tune(BASE, steady(10), slo, space=space, profile=STEP, processes=1)
     (row,) = short.rows
     assert row.saturated is None and not row.meets_slo and short.winner is None
-    assert [c.key for c in row.checks if not c.passed] == ["saturation_judged"]
+    assert [c.name for c in row.checks if not c.passed] == ["saturation_judged"]
     assert any("could not be judged" in n and "--num-requests 500" in n for n in short.notes)
     derived = tune(BASE, steady(10), slo, space=space, profile=STEP, processes=1, extend_trace=steady)
     assert derived.trace["requests"] == 500 and derived.trace["extended"][0]["extended_to"] == 500

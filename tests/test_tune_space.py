@@ -14,7 +14,8 @@ from kvplan.hardware import find_gpu
 from kvplan.memory import PlanRequest
 from kvplan.models import load_model
 from kvplan.sim.tune_exec import Backend, _chunks, _uninterleave, choose_backend, run_tasks
-from kvplan.sim.tune_rank import SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front, rank_key
+from kvplan.sim.tune_rank import closeness, pareto_front, rank_key
+from kvplan.slo import Check, count_good, goodput_limits, judge
 from kvplan.quantiles import percentile
 from kvplan.sim.tune_share import ShareOutcome, combine_shares
 from kvplan.sim.tune_space import (BELOW_WORKLOAD, FP8_UNSUPPORTED, TuneSpace, combinations, expand,
@@ -179,19 +180,19 @@ def test_pareto_front_skips_nan_latency():
 def test_slo_checks_and_closeness():
     slos = parse_slo("ttft_p99=2s,tpot_p99=100ms,error_rate=0.01,goodput_ratio=0.9")
     lat = {"ttft": {"p99": 3.0}, "tpot": {"p99": 0.05}}
-    checks = check_slos(slos, lat, error_rate=0.0, goodput_ratio=0.95)
+    checks = judge(slos, latency=lat, error_rate=0.0, goodput_ratio=0.95)
     assert [c.passed for c in checks] == [False, True, True, True]
     assert closeness(checks) == pytest.approx(1.5)
-    assert SloCheck("goodput_ratio", 0.9, 0.45, False).ratio == pytest.approx(2.0)
-    assert SloCheck("error_rate", 0.0, 0.0, True).ratio == 1.0
-    assert check_slos(slos[:1], {}, error_rate=None, goodput_ratio=None)[0].passed is False
+    assert Check("goodput_ratio", False, 0.45, 0.9).ratio == pytest.approx(2.0)
+    assert Check("error_rate", True, 0.0, 0.0).ratio == 1.0
+    assert judge(slos[:1], latency={}, error_rate=None, goodput_ratio=None)[0].passed is False
 
 
 def test_goodput_counts_each_request_against_the_tightest_limit():
     limits = goodput_limits([Slo("ttft_p99", 2.0), Slo("ttft_p50", 1.0), Slo("e2e_p99", 10.0), Slo("itl_p99", 0.01)])
     assert limits == {"ttft": 1.0, "e2e": 10.0}
-    assert count_good([0.5, 1.5, 0.5, 0.9], [0.01, 0.01, None, 5.0], [5, 5, 11, 5], limits) == 2
-    assert count_good([0.5], [0.5], [1], {"tpot": 0.1}) == 0
+    assert count_good(limits, zip([0.5, 1.5, 0.5, 0.9], [0.01, 0.01, None, 5.0], [5, 5, 11, 5])) == 2
+    assert count_good({"tpot": 0.1}, [(0.5, 0.5, 1)]) == 0
 
 
 def test_rank_key_orders_meeting_configs_by_objective_then_closest_miss():

@@ -21,6 +21,11 @@ def file_not_found(path: object) -> UsageError:
     return UsageError(f"file not found: {path}")
 
 
+class PlanDoesNotStart(KvplanError):
+    """The configuration would not start (vLLM's own error text): nothing to simulate or load-test.
+    Not a usage error: the flags are well formed, the deployment is not (exit code 1)."""
+
+
 class UnknownModelError(UsageError):
     def __init__(self, name: str, suggestions: list[str]):
         self.name = name

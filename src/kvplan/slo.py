@@ -1,11 +1,14 @@
-"""Service-level objectives and durations: the ``--slo`` syntax shared by ``kvplan bench`` (gates on
-a measured run), ``kvplan simulate`` / ``tune`` (gates on a predicted run) and the ops thresholds.
+"""Service-level objectives and their judge: the ``--slo`` syntax shared by ``kvplan bench`` (gates
+on a measured run), ``kvplan simulate`` / ``tune`` / ``preflight`` (gates on a predicted run) and the
+ops thresholds, and the one place that decides whether a run meets them: :func:`judge` (one
+:class:`Check` per SLO), :meth:`Slo.met`, and goodput (:func:`goodput_limits`, :func:`count_good`).
 A neutral module so that no layer has to import another to read ``ttft_p99=2s``."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .errors import UsageError
 
@@ -36,7 +39,92 @@ class Slo:
 
     @property
     def lower_bound(self) -> bool:
-        return self.key == "goodput_ratio"
+        return self.key in LOWER_BOUNDS
+
+    def met(self, value: Optional[float]) -> bool:
+        """Whether ``value`` meets the gate (no value never does)."""
+        return value is not None and (value >= self.limit if self.lower_bound else value <= self.limit)
+
+
+#: the keys whose limit is a floor, not a ceiling
+LOWER_BOUNDS = ("goodput_ratio",)
+
+#: the per-request latencies goodput judges (vLLM's ``--goodput``: TTFT, TPOT, E2E)
+GOODPUT_METRICS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict on a run: ``name`` (an SLO key, or a rule of the run such as ``run_complete``)
+    passed or not, with the value judged and its limit."""
+
+    name: str
+    passed: bool
+    value: Any = None
+    limit: Any = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """How far from the limit: <= 1 passes (a floor, ``goodput_ratio``, inverted); no value is
+        infinitely far."""
+        if self.value is None:
+            return math.inf
+        if self.name in LOWER_BOUNDS:
+            return self.limit / self.value if self.value > 0 else (0.0 if self.limit == 0 else math.inf)
+        if self.limit <= 0:
+            return 1.0 if self.value <= 0 else math.inf
+        return self.value / self.limit
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "value": self.value, "limit": self.limit, "note": self.note}
+
+
+def value_of(key: str, *, latency: Mapping[str, Mapping[str, Optional[float]]], error_rate: Optional[float],
+             goodput_ratio: Optional[float]) -> Optional[float]:
+    """The value of a run that an SLO key names: a latency statistic (``ttft_p99``: ``latency``'s
+    ``ttft.p99``), the error rate or the goodput ratio."""
+    if key == "error_rate":
+        return error_rate
+    if key == "goodput_ratio":
+        return goodput_ratio
+    metric, _, stat = key.partition("_")
+    return (latency.get(metric) or {}).get(stat)
+
+
+def judge(slos: Sequence[Slo], *, latency: Mapping[str, Mapping[str, Optional[float]]],
+          error_rate: Optional[float], goodput_ratio: Optional[float]) -> tuple[Check, ...]:
+    """One :class:`Check` per SLO for a run (measured or predicted): what every command that gates
+    a run calls. A value the run does not have fails ("no data to judge")."""
+    out = []
+    for s in slos:
+        value = value_of(s.key, latency=latency, error_rate=error_rate, goodput_ratio=goodput_ratio)
+        out.append(Check(s.key, s.met(value), value, s.limit, "" if value is not None else "no data to judge"))
+    return tuple(out)
+
+
+def goodput_limits(slos: Sequence[Slo]) -> dict[str, float]:
+    """Per-request limits: the tightest one given for each of TTFT, TPOT and E2E (the limit of
+    ``ttft_p99`` applies to each request's TTFT, as vLLM's ``--goodput``)."""
+    limits: dict[str, float] = {}
+    for s in slos:
+        metric = s.key.split("_")[0]
+        if metric in GOODPUT_METRICS:
+            limits[metric] = min(s.limit, limits.get(metric, math.inf))
+    return limits
+
+
+def count_good(limits: Mapping[str, float],
+               requests: Iterable[tuple[Optional[float], Optional[float], Optional[float]]]) -> int:
+    """Completed requests, as (TTFT, TPOT, E2E), whose own latencies all meet ``limits`` (a latency
+    a request does not have, such as the TPOT of a one-token output, cannot fail it). Failed
+    requests are never good: the caller passes completed ones only."""
+    lt, lp, le = limits.get("ttft", math.inf), limits.get("tpot", math.inf), limits.get("e2e", math.inf)
+    good = 0
+    for ttft, tpot, e2e in requests:
+        if (ttft is None or ttft <= lt) and (tpot is None or tpot <= lp) and (e2e is None or e2e <= le):
+            good += 1
+    return good
 
 
 def parse_slo(text: Optional[str]) -> tuple[Slo, ...]:

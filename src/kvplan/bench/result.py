@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from ..slo import Check, count_good, goodput_limits, judge
 from . import stats
 from .client import Record
 from .config import BenchConfig
@@ -17,18 +18,6 @@ from .config import BenchConfig
 SCHEMA_VERSION = 1
 SAMPLE_CAP = 20_000  # per-request latency samples kept in the JSON for `bench compare`
 LATENCY_KEYS = ("ttft", "tpot", "itl", "e2e")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    passed: bool
-    value: Any = None
-    limit: Any = None
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "passed": self.passed, "value": self.value, "limit": self.limit, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -126,19 +115,11 @@ def _timeline(recs: Sequence[Record], end: float) -> tuple[dict, ...]:
     return tuple(rows)
 
 
-def _goodput(ok: Sequence[Record], total: int, window: Optional[float], slo: Mapping[str, float]) -> dict:
+def _goodput(ok: Sequence[Record], total: int, window: Optional[float], slos: Sequence) -> dict:
     """Requests meeting every per-request latency limit of the SLO (the limit of ``ttft_p99`` is
     applied to each request's TTFT, as vLLM's ``--goodput``); failures never count as good."""
-    limits = {}
-    for key, limit in slo.items():
-        metric = key.split("_")[0]
-        if metric in ("ttft", "tpot", "e2e"):
-            limits[metric] = min(limit, limits.get(metric, math.inf))
-    good = 0
-    for r in ok:
-        vals = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e}
-        if all(vals[m] is None or vals[m] <= lim for m, lim in limits.items()):
-            good += 1
+    limits = goodput_limits(slos)
+    good = count_good(limits, ((r.ttft, r.tpot, r.e2e) for r in ok))
     return {"limits_s": limits, "requests": good, "ratio": round(good / total, 6) if total else None,
             "requests_per_s": round(good / window, 6) if window else None}
 
@@ -205,8 +186,7 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
     in_tok = sum(r.prompt_tokens or 0 for r in ok)
     out_tok = sum(r.output_tokens or 0 for r in ok)
     total = len(measured)
-    slo = {s.key: s.limit for s in cfg.slo}
-    goodput = _goodput(ok, total, window, slo)
+    goodput = _goodput(ok, total, window, cfg.slo)
     end = max([r.end for r in records if r.end is not None] + [0.0])
     timeline = _timeline(records, end)
     samples = {k: [round(v, 6) for v in stats.subsample(vals, SAMPLE_CAP, seed=i)] for i, (k, vals) in enumerate((
@@ -232,19 +212,7 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
         checks.append(Check("error_rate", error_rate <= cfg.default_error_rate, error_rate, cfg.default_error_rate,
                             "default limit (give --slo error_rate=X to allow some)" if error_rate > cfg.default_error_rate
                             else ""))
-    for s in cfg.slo:
-        if s.key == "error_rate":
-            value = error_rate
-        elif s.key == "goodput_ratio":
-            value = goodput["ratio"]
-        else:
-            metric, stat = s.key.split("_", 1)
-            value = lat[metric].get(stat)
-        if value is None:
-            checks.append(Check(s.key, False, None, s.limit, "no data to judge"))
-        else:
-            passed = value >= s.limit if s.lower_bound else value <= s.limit
-            checks.append(Check(s.key, passed, value, s.limit))
+    checks += judge(cfg.slo, latency=lat, error_rate=error_rate, goodput_ratio=goodput["ratio"])
     return BenchResult(
         meta=meta, config=cfg.public(),
         requests={"total": total, "ok": len(ok), "failed": len(failed), "error_rate": error_rate,

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from .. import serve_flags as sf
-from ..errors import KvplanError, UsageError
+from ..errors import KvplanError, PlanDoesNotStart, UsageError
 from ..report import registry as reports
 from . import plan_flags as pf
 from . import traffic_flags as tf
@@ -71,10 +71,6 @@ def simulate_cmd(
         typer.echo(f"kvplan simulate: {none_done['reason']}; check --max-model-len and the KV cache against "
                    "the prompt lengths", err=True)
     raise typer.Exit(0 if d["verdict"]["passed"] else 1)
-
-
-class PlanDoesNotStart(KvplanError):
-    """The simulated plan would not start: vLLM's own error (exit code 1, not a usage error)."""
 
 
 def simulate_from_flags(flags: dict) -> dict:

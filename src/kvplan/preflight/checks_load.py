@@ -192,7 +192,7 @@ def load_checks(run: Optional[LoadRun], why_not: str, plan_result, req, lengths,
         if value is None:
             out.append(CheckResult(cid, "fail", t, None, s.limit, ("no data to judge",), simulated=sim))
             continue
-        passed = c["passed"] if c is not None else (value >= s.limit if s.lower_bound else value <= s.limit)
+        passed = c["passed"] if c is not None else s.met(value)
         op = ">=" if s.lower_bound else "<="
         out.append(CheckResult(cid, "pass" if passed else "fail", t, value, f"{op} {s.limit:g}",
                                (f"{s.key} = {value:g} ({src})",), simulated=sim))

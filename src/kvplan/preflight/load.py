@@ -94,12 +94,10 @@ def from_sim(d: dict, source: str, requested_rate: Optional[float]) -> LoadRun:
 
 def slo_value(run: LoadRun, key: str) -> Optional[float]:
     """The value an SLO key names, read from the run (same keys as ``kvplan bench --slo``)."""
-    if key == "error_rate":
-        return run.error_rate
-    if key == "goodput_ratio":
-        return ((run.raw.get("goodput") or {}).get("ratio"))
-    metric, _, stat = key.partition("_")
-    return (run.latency_s.get(metric) or {}).get(stat)
+    from ..slo import value_of
+
+    return value_of(key, latency=run.latency_s, error_rate=run.error_rate,
+                    goodput_ratio=(run.raw.get("goodput") or {}).get("ratio"))
 
 
 _TOO_LONG_WORDS = ("too_long", "too long", "context length", "max_model_len", "maximum model length",

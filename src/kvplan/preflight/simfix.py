@@ -28,7 +28,7 @@ def _describe(d: dict, slos) -> tuple[str, list]:
         met = []
         for s in slos:
             v = slo_value(run, s.key)
-            ok = v is not None and (v >= s.limit if s.lower_bound else v <= s.limit)
+            ok = s.met(v)
             met.append(f"{s.key} {'met' if ok else 'MISSED'}")
             nums.append((f"slo_{s.key}_met", ok))
         text += "; " + ", ".join(met)

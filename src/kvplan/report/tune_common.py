@@ -19,15 +19,15 @@ def slo_cell(row: TuneRow) -> str:
     if row.meets_slo:
         return "meets"
     failed = [c for c in row.checks if not c.passed]
-    if any(c.key == "not_saturated" for c in failed):
+    if any(c.name == "not_saturated" for c in failed):
         return "saturated"
-    others = [c for c in failed if c.key != "saturation_judged"]
+    others = [c for c in failed if c.name != "saturation_judged"]
     if not others:
         return "unjudged (trace too short)"
     worst = max(others, key=lambda c: c.ratio)
     if worst.value is None:
-        return f"{worst.key}: no data"
-    return f"{worst.key} ×{worst.ratio:.2f}" if not math.isinf(worst.ratio) else f"{worst.key} missed"
+        return f"{worst.name}: no data"
+    return f"{worst.name} ×{worst.ratio:.2f}" if not math.isinf(worst.ratio) else f"{worst.name} missed"
 
 
 def config_cell(row: TuneRow) -> str:

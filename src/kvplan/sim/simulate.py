@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from ..errors import KvplanError, UsageError
+from ..errors import PlanDoesNotStart, UsageError
+from ..slo import count_good, goodput_limits, judge
 from .engine import DONE, Engine
 from .result import SimResult, summarize, summarize_weighted
 from .steptime import StepTimeProfile, default_profile
@@ -25,10 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
 VLLM_SEMANTICS = "vLLM V1 scheduler as in the 0.32.0 source (vllm/v1/core/sched/scheduler.py)"
 SAMPLE_CAP = 20_000
 MAX_TIMELINE_ROWS = 5_000  # a million-request run keeps a chart-sized timeline
-
-
-class PlanDoesNotStart(KvplanError):
-    """The configuration would not start (vLLM's own error text): nothing to simulate."""
 
 
 def _groups(plan_result) -> tuple[tuple[str, int, int], ...]:
@@ -201,19 +198,10 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     end = max((r.t_end for r in done), default=None)
     window = (end - first) if end is not None and end > first else None
     failed = total - len(done)
-    good = None
-    limits = {}
-    for s in slo:
-        metric = s.key.split("_")[0]
-        if metric in ("ttft", "tpot", "e2e"):
-            limits[metric] = min(s.limit, limits.get(metric, math.inf))
-    if limits:
-        good = 0
-        for r in done:
-            vals = {"ttft": r.t_first - r.arrival + ovh, "e2e": r.t_end - r.arrival + ovh,
-                    "tpot": (r.t_end - r.t_first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else None}
-            if all(vals[m] is None or vals[m] <= lim for m, lim in limits.items()):
-                good += 1
+    limits = goodput_limits(slo)
+    good = count_good(limits, ((r.t_first - r.arrival + ovh,
+                                (r.t_end - r.t_first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else None,
+                                r.t_end - r.arrival + ovh) for r in done)) if limits else None
     requests = {"total": total, "ok": len(done), "completed": len(done), "failed": failed,
                 "rejected": engine.rejected, "unfinished": unfinished,
                 "error_rate": round(failed / total, 6) if total else None,
@@ -229,18 +217,9 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                   "total_tokens_per_s": _r((in_tok + out_tok) / window) if window else None,
                   "goodput_requests_per_s": _r(good / window) if window and good is not None else None}
     sat = saturation(engine, trace)
-    checks = []
-    res_lat = latency
-    for s in slo:
-        if s.key == "error_rate":
-            value = requests["error_rate"]
-        elif s.key == "goodput_ratio":
-            value = requests["goodput_ratio"]
-        else:
-            metric, stat = s.key.split("_", 1)
-            value = res_lat.get(metric, {}).get(stat)
-        passed = value is not None and (value >= s.limit if s.lower_bound else value <= s.limit)
-        checks.append({"name": s.key, "passed": passed, "value": value, "limit": s.limit})
+    checks = [{"name": c.name, "passed": c.passed, "value": c.value, "limit": c.limit}
+              for c in judge(slo, latency=latency, error_rate=requests["error_rate"],
+                             goodput_ratio=requests["goodput_ratio"])]
     if reqs and not done:
         # Nothing completed: no latency to report, and a run that serves nobody never passes.
         why = ", ".join(f"{k} {v:,}" for k, v in sorted(engine.rejected_reasons.items())) or "none completed"

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from ..errors import UsageError
 from .tune_exec import Runner, choose_backend
 from .tune_reuse import can_stand_for, family_key, trace_shares_prefixes
-from .tune_rank import (SloCheck, check_slos, closeness, count_good, goodput_limits, pareto_front,
-                        pareto_latency_key, rank_key)
+from ..slo import Check, count_good, goodput_limits, judge
+from .tune_rank import check_dict, closeness, pareto_front, pareto_latency_key, rank_key
 from .tune_share import ShareOutcome, combine_shares, simulate_share
 from .tune_space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
                          recommended_max_model_len)
@@ -45,7 +45,7 @@ class TuneRow:
     flags: dict
     gpus: int
     meets_slo: bool
-    checks: tuple[SloCheck, ...]
+    checks: tuple[Check, ...]
     miss: float  # the worst check's value / limit (≤ 1 meets)
     goodput_requests_per_s: float
     goodput_per_gpu: float
@@ -73,7 +73,7 @@ class TuneRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "label": self.label, "flags": dict(self.flags), "gpus": self.gpus,
-                "meets_slo": self.meets_slo, "checks": [c.to_dict() for c in self.checks],
+                "meets_slo": self.meets_slo, "checks": [check_dict(c) for c in self.checks],
                 "miss": None if math.isinf(self.miss) else round(self.miss, 6),
                 "goodput": {"requests_per_s": round(self.goodput_requests_per_s, 6),
                             "per_gpu": round(self.goodput_per_gpu, 6), "requests": self.good_requests},
@@ -198,7 +198,7 @@ def unjudged_contenders(result: TuneResult) -> list[TuneRow]:
     w = result.winner
     out = []
     for r in result.rows:
-        if r.judged or any(not c.passed for c in r.checks if c.key != "saturation_judged"):
+        if r.judged or any(not c.passed for c in r.checks if c.name != "saturation_judged"):
             continue
         if w is None or _would_rank_above(r, w, result):
             out.append(r)
@@ -240,7 +240,7 @@ def _with_length_notes(result: TuneResult, trace, rounds: list[dict], *, derived
         notes.append(f"trace length derived: {rd['requests']:,} requests ({rd['arrival_span_s']:.0f} s of arrivals) "
                      f"could not judge {rd['unjudged']} contending configuration(s) (median E2E up to "
                      f"{rd['median_e2e_s']:.1f} s); ran again on {rd['extended_to']:,} requests")
-    unjudged = [r for r in result.rows if any(c.key == "saturation_judged" for c in r.checks)]
+    unjudged = [r for r in result.rows if any(c.name == "saturation_judged" for c in r.checks)]
     if unjudged:
         contenders = unjudged_contenders(result)
         want = requests_to_judge(trace, contenders or unjudged)
@@ -465,22 +465,22 @@ def _trace_info(trace) -> dict[str, Any]:
 def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
          objective: str, reused_from: Optional[str] = None, judge_saturation: bool = True) -> tuple[TuneRow, tuple]:
     fleet = combine_shares(shares)
-    good = count_good(fleet.ttft, fleet.tpot, fleet.e2e, limits)
+    good = count_good(limits, zip(fleet.ttft, fleet.tpot, fleet.e2e))
     total = fleet.total
     window = fleet.window_s
     # Replicas not simulated are alike the simulated ones: throughput scales with the replicas.
     scale = c.data_parallel_size / len(shares)
     goodput = good / window * scale if window > 0 else 0.0
     error_rate = fleet.failed / total if total else None
-    checks = check_slos(slos, fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
+    checks = judge(slos, latency=fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
     if fleet.saturated:
         # A backlog that grows without bound misses every SLO once the trace is long enough,
         # whatever this trace's percentiles say: the configuration does not carry the rate.
-        checks = checks + (SloCheck("not_saturated", 0.0, 1.0, False),)
+        checks = checks + (Check("not_saturated", False, 1.0, 0.0),)
     elif fleet.saturated is None and judge_saturation:
         # The trace ended while the engine still filled: its percentiles may be optimistic, so the
         # row cannot meet the SLOs (tune() derives a longer trace, or the notes say which to use).
-        checks = checks + (SloCheck("saturation_judged", 1.0, 0.0, False),)
+        checks = checks + (Check("saturation_judged", False, 0.0, 1.0),)
     meets = all(ch.passed for ch in checks)
     miss = closeness(checks)
     gpus = c.gpus

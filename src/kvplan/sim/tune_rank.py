@@ -1,87 +1,23 @@
-"""Judging and ordering the configurations of ``kvplan tune``: SLO checks, goodput, the Pareto front.
+"""Ordering the configurations of ``kvplan tune``: the closest miss, the objective, the Pareto front.
 
-The SLO checks are ``kvplan bench``'s, applied to the predicted run: a latency key (``ttft_p99``)
-gates that percentile of all completed requests, ``error_rate`` counts rejected and failed requests,
-``goodput_ratio`` the share of good requests. A request is good when it completed and each of its
-own TTFT / TPOT / E2E is within the tightest limit given for that metric (vLLM's ``--goodput``
-rule, as bench counts it); rejected requests are never good.
+The SLO checks and goodput are :mod:`kvplan.slo`'s (``kvplan bench``'s judge, applied to the
+predicted run): a latency key (``ttft_p99``) gates that percentile of all completed requests,
+``error_rate`` counts rejected and failed requests, ``goodput_ratio`` the share of good requests.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..slo import Slo
+    from ..slo import Check, Slo
 
-GOODPUT_METRICS = ("ttft", "tpot", "e2e")
-
-
-@dataclass(frozen=True)
-class SloCheck:
-    key: str
-    limit: float
-    value: Optional[float]
-    passed: bool
-
-    @property
-    def ratio(self) -> float:
-        """How far from the limit: ≤ 1 passes. Lower bounds (goodput_ratio) are inverted."""
-        if self.value is None:
-            return math.inf
-        if self.key == "goodput_ratio":
-            return self.limit / self.value if self.value > 0 else (0.0 if self.limit == 0 else math.inf)
-        if self.limit <= 0:
-            return 1.0 if self.value <= 0 else math.inf
-        return self.value / self.limit
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "limit": self.limit, "value": self.value, "passed": self.passed}
+def check_dict(check: "Check") -> dict[str, Any]:
+    """A row's check as tune's JSON writes it."""
+    return {"key": check.name, "limit": check.limit, "value": check.value, "passed": check.passed}
 
 
-def goodput_limits(slos: Sequence["Slo"]) -> dict[str, float]:
-    """Per-request limits: the tightest one given for each of TTFT, TPOT and E2E."""
-    limits: dict[str, float] = {}
-    for s in slos:
-        metric = s.key.split("_")[0]
-        if metric in GOODPUT_METRICS:
-            limits[metric] = min(s.limit, limits.get(metric, math.inf))
-    return limits
-
-
-def count_good(ttft: Sequence[float], tpot: Sequence[Optional[float]], e2e: Sequence[float],
-               limits: Mapping[str, float]) -> int:
-    """Completed requests whose own TTFT, TPOT and E2E all meet ``limits`` (a request with one
-    output token has no TPOT, which then cannot fail it)."""
-    lt, lp, le = limits.get("ttft", math.inf), limits.get("tpot", math.inf), limits.get("e2e", math.inf)
-    good = 0
-    for a, b, c in zip(ttft, tpot, e2e):
-        if a <= lt and c <= le and (b is None or b <= lp):
-            good += 1
-    return good
-
-
-def check_slos(slos: Sequence["Slo"], latency: Mapping[str, Mapping[str, Optional[float]]], *,
-               error_rate: Optional[float], goodput_ratio: Optional[float]) -> tuple[SloCheck, ...]:
-    out = []
-    for s in slos:
-        if s.key == "error_rate":
-            value = error_rate
-        elif s.key == "goodput_ratio":
-            value = goodput_ratio
-        else:
-            metric, stat = s.key.split("_", 1)
-            value = latency.get(metric, {}).get(stat)
-        if value is None:
-            out.append(SloCheck(s.key, s.limit, None, False))
-        else:
-            passed = value >= s.limit if s.lower_bound else value <= s.limit
-            out.append(SloCheck(s.key, s.limit, value, passed))
-    return tuple(out)
-
-
-def closeness(checks: Sequence[SloCheck]) -> float:
+def closeness(checks: Sequence["Check"]) -> float:
     """The worst check's value / limit: ≤ 1 means every SLO is met; the smallest miss is the closest."""
     return max((c.ratio for c in checks), default=0.0)
 
