@@ -1,4 +1,4 @@
-"""Rebuild src/kvplan/workload/sharegpt_lengths.json: kvplan's model of the (prompt, output) token
+"""Rebuild src/kvplan/traffic/sharegpt_lengths.json: kvplan's model of the (prompt, output) token
 lengths of ShareGPT_V3_unfiltered_cleaned_split (first human turn, first model turn), the pairs
 `vllm bench serve --dataset-name sharegpt` samples. No dataset text is used or shipped.
 
@@ -19,7 +19,7 @@ and some pasted documents -, 1.0 for outputs), prompt and output independent, th
 solved so that the filtered means match the figures above. That is an APPROXIMATION: it reproduces
 the published means and vLLM bench's filters, not the dataset's joint distribution; other
 tokenizers shift lengths by their own ratio (not modelled). The histogram is stored before the
-filters (the sampler applies them, kvplan.workload.sharegpt), on log-spaced bins.
+filters (the sampler applies them, kvplan.traffic.sharegpt), on log-spaced bins.
 
 Run: python benchmarks/build_sharegpt_lengths.py
 """
@@ -29,7 +29,7 @@ import json
 import math
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "src" / "kvplan" / "workload" / "sharegpt_lengths.json"
+OUT = Path(__file__).resolve().parents[1] / "src" / "kvplan" / "traffic" / "sharegpt_lengths.json"
 TARGET_IN, SIGMA_IN = 229.711, 1.4
 TARGET_OUT, SIGMA_OUT = 281.35 * 229.711 / 270.64, 1.0
 

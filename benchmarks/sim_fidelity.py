@@ -41,8 +41,8 @@ from kvplan.memory import PlanRequest, plan  # noqa: E402
 from kvplan.models import load_model  # noqa: E402
 from kvplan.sim import find_saturation, simulate  # noqa: E402
 from kvplan.sim.calibrate import calibrate  # noqa: E402
-from kvplan.sim.trace import SimRequest, Trace  # noqa: E402
-from kvplan.sim.trace import synthetic_trace  # noqa: E402
+from kvplan.traffic.trace import SimRequest, Trace  # noqa: E402
+from kvplan.traffic.trace import synthetic_trace  # noqa: E402
 from tests.vllm_server import models, server  # noqa: E402
 
 MAX_MODEL_LEN, MAX_NUM_SEQS = 2048, 16

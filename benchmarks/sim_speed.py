@@ -32,7 +32,7 @@ def _setup(mml: int = 2048, gpu: str = "A100-80GB"):
 
 def _trace(n: int, rate: float = 50.0, seed: int = 0):
     from kvplan.sim import synthetic_trace
-    from kvplan.workload.lengthdist import parse_length
+    from kvplan.traffic.lengthdist import parse_length
 
     return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:800,1200", "x"),
                            output_len=parse_length("512", "x"), seed=seed)

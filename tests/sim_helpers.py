@@ -9,7 +9,7 @@ from kvplan.models import load_model
 from kvplan.sim import synthetic_trace
 from kvplan.sim.engine import Engine
 from kvplan.sim.steptime import StepTimeProfile
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.lengthdist import parse_length
 
 #: every step takes 10 ms whatever it computes: step counts become times
 FLAT = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_profiles import examples
 
-from kvplan.bench.arrivals import rate_schedule, replay_schedule
+from kvplan.traffic.arrivals import rate_schedule, replay_schedule
 from kvplan.bench.client import Record
 from kvplan.bench.compare import compare
 from kvplan.bench.config import BenchConfig, LengthDist, parse_length, parse_seconds, parse_slo

@@ -16,9 +16,9 @@ from hypothesis_profiles import examples
 from kvplan.errors import UsageError
 from kvplan.sim.engine import DONE, Engine
 from kvplan.sim.steptime import StepTimeProfile
-from kvplan.sim.trace import SimRequest, bench_trace
-from kvplan.workload.bench_cmd import parse_bench_cmd, parse_serve_cmd
-from kvplan.workload.bench_traffic import BenchTraffic, sample_bench
+from kvplan.traffic.trace import SimRequest, bench_trace
+from kvplan.traffic.bench_cmd import parse_bench_cmd, parse_serve_cmd
+from kvplan.traffic.bench_traffic import BenchTraffic, sample_bench
 
 np = pytest.importorskip("numpy")
 
@@ -352,7 +352,7 @@ def test_cli_old_flags_keep_their_meaning_and_alias_in_bench_mode():
 
 
 def test_sharegpt_model_respects_vllm_bench_filters():
-    from kvplan.workload.sharegpt import load, sample_pairs
+    from kvplan.traffic.sharegpt import load, sample_pairs
 
     pairs = sample_pairs(5000, 0)
     assert all(4 <= p <= 1024 and o >= 4 and p + o <= 2048 for p, o in pairs)
@@ -367,7 +367,7 @@ def test_tokenizer_facts_count_the_bos_the_server_adds(tmp_path):
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
 
-    from kvplan.workload.bench_traffic import tokenizer_facts
+    from kvplan.traffic.bench_traffic import tokenizer_facts
 
     tok = Tokenizer(WordLevel({"<s>": 0, "hello": 1, "[UNK]": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()

@@ -26,6 +26,7 @@ LAYERS = {
     "memory": 3,
     "serve_flags": 3.5,  # the serve flags' table and their rules: the plan request, below its readers
     "workload": 4,
+    "traffic": 4.5,  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces (reads request logs)
     "sim": 5,
     "bench": 6,
     "report": 7,

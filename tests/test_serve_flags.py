@@ -95,7 +95,7 @@ def test_the_request_holds_every_plain_flag_from_every_front_end(tmp_path):
     """A flag without a rule of its own reaches the request unchanged, from argv (profile, the
     page), a config file and a pasted vllm serve line alike."""
     from kvplan.preflight.config import load_config
-    from kvplan.workload.bench_cmd import parse_serve_cmd
+    from kvplan.traffic.bench_cmd import parse_serve_cmd
 
     base = {"model": "llama3-8b", "gpu": "H100"}
     for f in sf.SERVE_FLAGS:
@@ -114,7 +114,7 @@ def test_the_request_holds_every_plain_flag_from_every_front_end(tmp_path):
 
 
 def test_every_flag_round_trips_through_a_vllm_serve_line():
-    from kvplan.workload.bench_cmd import parse_serve_cmd
+    from kvplan.traffic.bench_cmd import parse_serve_cmd
 
     values = {f.field: (True if f.type is bool else SAMPLE[f.type][1]) for f in sf.SERVE_FLAGS
               if f.vllm and f.field != "model"}
@@ -128,7 +128,7 @@ def test_every_flag_round_trips_through_a_vllm_serve_line():
 
 
 def test_the_serve_parser_knows_no_flag_twice():
-    from kvplan.workload import bench_cmd
+    from kvplan.traffic import bench_cmd
 
     table = set(sf.BY_NAME)
     for other in (bench_cmd._SERVE_IGNORED, bench_cmd._SERVE_UNSUPPORTED):
@@ -138,7 +138,7 @@ def test_the_serve_parser_knows_no_flag_twice():
 def test_kvplans_own_words_are_never_abbreviated_in_a_pasted_line():
     """vLLM's argparse takes unambiguous prefixes of its flags; --gpu-mem is --gpu-memory-utilization
     there, whatever kvplan's --gpu-memory is."""
-    from kvplan.workload.bench_cmd import parse_serve_cmd
+    from kvplan.traffic.bench_cmd import parse_serve_cmd
 
     assert parse_serve_cmd("vllm serve m --gpu-mem 0.8").plan == {"model": "m", "gpu_memory_utilization": 0.8}
 

@@ -11,7 +11,7 @@ from kvplan.hardware import find_gpu
 from kvplan.memory import PlanRequest
 from kvplan.models import load_model
 from kvplan.sim import PlanDoesNotStart, SimResult, simulate, synthetic_trace
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.lengthdist import parse_length
 from sim_helpers import FLAT, SEED_FLAGS
 from sim_helpers import plan_request as _req
 from sim_helpers import trace as _trace

@@ -8,7 +8,7 @@ import pytest
 from kvplan.sim.engine import DONE, REJECTED, Engine
 from plan_helpers import kv_groups
 from kvplan.sim.steptime import StepTimeProfile
-from kvplan.sim.trace import SimRequest
+from kvplan.traffic.trace import SimRequest
 from sim_helpers import run
 
 

@@ -14,7 +14,7 @@ from kvplan.sim import simulate
 from kvplan.sim.balancer import rule_for, vllm_rule
 from kvplan.sim.engine import Engine
 from kvplan.sim.fleet import FleetView, run_fleet
-from kvplan.sim.trace import SimRequest, Trace
+from kvplan.traffic.trace import SimRequest, Trace
 from sim_helpers import FLAT, plan_request, trace
 
 

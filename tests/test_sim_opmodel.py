@@ -17,7 +17,7 @@ from kvplan.models import load_model
 from kvplan.sim import default_profile, simulate, synthetic_trace
 from kvplan.sim import kernels as K
 from kvplan.sim.stepmodel import StepModel
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.lengthdist import parse_length
 
 
 def _model(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", tp=1, **kw):

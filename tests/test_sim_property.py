@@ -7,8 +7,8 @@ from hypothesis_profiles import examples
 
 from kvplan.sim.engine import DONE, REJECTED, Engine
 from kvplan.sim.steptime import StepTimeProfile
-from kvplan.sim.trace import SimRequest
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.trace import SimRequest
+from kvplan.traffic.lengthdist import parse_length
 from plan_helpers import kv_groups
 
 PROFILE = StepTimeProfile(overhead_s=0.003, per_seq_s=1e-5, weights_read_s=0.002, per_kv_token_s=1e-7,

@@ -14,7 +14,7 @@ from kvplan.models import load_model
 from kvplan.sim import costterms as C
 from kvplan.sim import default_profile, simulate, synthetic_trace
 from kvplan.sim.stepmodel import CAPTURE_SIZES, CostTerm, StepFeatures, StepModel, pad_to_capture
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.lengthdist import parse_length
 
 
 def _model(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100", tp=1, async_scheduling=True, **kw) -> StepModel:

@@ -9,8 +9,8 @@ import pytest
 
 from kvplan.errors import UsageError
 from kvplan.sim import find_saturation, simulate, synthetic_trace, trace_from_log
-from kvplan.sim.trace import parse_arrival
-from kvplan.workload.lengthdist import parse_length
+from kvplan.traffic.trace import parse_arrival
+from kvplan.traffic.lengthdist import parse_length
 from sim_helpers import SEED_FLAGS
 from sim_helpers import plan_request as _req
 from sim_helpers import trace as _trace

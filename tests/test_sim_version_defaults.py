@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kvplan.cli.main import app
 from kvplan.memory import semantics
-from kvplan.sim.trace import SimRequest
+from kvplan.traffic.trace import SimRequest
 from sim_helpers import run
 
 RUNNER = CliRunner()

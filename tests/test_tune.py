@@ -19,7 +19,7 @@ from kvplan.models import load_model
 from kvplan.sim import StepTimeProfile, synthetic_trace
 from kvplan.sim.tune import TuneSpace, goodput_per_gpu_bound, tune
 from kvplan.slo import parse_slo
-from kvplan.workload.lengthdist import LengthDist
+from kvplan.traffic.lengthdist import LengthDist
 
 STEP = StepTimeProfile(overhead_s=0.01, per_seq_s=0.0, weights_read_s=0.0, per_kv_token_s=0.0, per_token_s=0.0,
                        per_attn_pair_s=0.0, source="test: 10 ms per step")

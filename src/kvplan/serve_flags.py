@@ -22,7 +22,7 @@ Adding a vLLM serve flag (``--foo-bar``), in three places and nothing else:
    the simulator in ``sim/``, ...), and its tests. If vLLM's own rule for the default depends on
    the version, the rule goes to ``memory/semantics.py``, as the others do.
 
-If the flag was listed in ``workload/bench_cmd.py``'s ``_SERVE_IGNORED`` or ``_SERVE_UNSUPPORTED``
+If the flag was listed in ``traffic/bench_cmd.py``'s ``_SERVE_IGNORED`` or ``_SERVE_UNSUPPORTED``
 (a pasted ``vllm serve`` line named it before kvplan modelled it), take it out there.
 
 Only the standard library at module level: ``kvplan plan`` must start fast (the CLI imports this

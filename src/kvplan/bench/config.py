@@ -13,7 +13,7 @@ from typing import Optional
 from ..errors import UsageError
 # the value syntaxes live in neutral modules (the simulator reads them too); re-exported here
 from ..slo import SLO_METRICS, SLO_STATS, Slo, parse_seconds, parse_slo  # noqa: F401
-from ..workload.lengthdist import LengthDist, parse_length  # noqa: F401
+from ..traffic.lengthdist import LengthDist, parse_length  # noqa: F401
 
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 ARRIVALS = ("constant", "poisson", "gamma")

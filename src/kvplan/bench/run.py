@@ -100,7 +100,7 @@ def prepare(cfg: BenchConfig) -> tuple[RequestSource, Optional[list[float]], dic
     source = RequestSource(cfg, model, ignore_eos, log, exact)
     offsets = None
     if cfg.replay:
-        from .arrivals import replay_schedule
+        from ..traffic.arrivals import replay_schedule
 
         try:
             offsets = replay_schedule(source.timestamps(), cfg.replay_speed)

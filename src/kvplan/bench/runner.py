@@ -18,7 +18,7 @@ from typing import Iterator, Optional, Sequence
 
 import aiohttp
 
-from .arrivals import rate_schedule
+from ..traffic.arrivals import rate_schedule
 from .client import Record, execute
 from .config import BenchConfig
 from .prompts import RequestSource

@@ -89,7 +89,7 @@ def simulate_from_flags(flags: dict) -> dict:
     values = sf.values_of(flags)
     notes = tf.apply_serve_cmd(flags["from_serve_cmd"], values)
     if not values.get("model") and flags["from_bench_cmd"]:
-        from ..workload.bench_cmd import parse_bench_cmd
+        from ..traffic.bench_cmd import parse_bench_cmd
 
         values["model"] = parse_bench_cmd(flags["from_bench_cmd"]).model
     req = sf.request_from_values(values)

@@ -112,7 +112,7 @@ def apply_serve_cmd(text: Optional[str], values: dict[str, Any]) -> tuple[str, .
     field, in place) from the pasted ``vllm serve`` line. Returns the notes."""
     if not text:
         return ()
-    from ..workload.bench_cmd import parse_serve_cmd
+    from ..traffic.bench_cmd import parse_serve_cmd
 
     ps = parse_serve_cmd(text)
     for key, value in ps.plan.items():
@@ -125,7 +125,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
     """The ``make_trace(rate)`` of the traffic flags (``flags``: the command's locals). Also returns
     the model named by ``--from-bench-cmd`` (used when ``--model`` is not given)."""
     from ..memory.semantics import parse_version
-    from ..sim.trace import trace_maker
+    from ..traffic.trace import trace_maker
 
     given = {k: flags.get(k) for k in BENCH_KEYS}
     given["request_rate"] = parse_rate(flags.get("request_rate"))
@@ -134,7 +134,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
     bench_model = None
     tokenizer = flags.get("tokenizer")
     if flags.get("from_bench_cmd"):
-        from ..workload.bench_cmd import parse_bench_cmd
+        from ..traffic.bench_cmd import parse_bench_cmd
 
         pb = parse_bench_cmd(flags["from_bench_cmd"])
         for key, value in pb.traffic.items():
@@ -176,7 +176,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
         raise UsageError("--duration is not a vllm bench serve flag: the run is --num-prompts requests")
     if (flags.get("arrival") or "poisson") != "poisson":
         raise UsageError("--arrival is kvplan bench's; with vllm bench serve's traffic use --burstiness")
-    from ..workload.bench_traffic import BenchTraffic, special_tokens_for, tokenizer_facts
+    from ..traffic.bench_traffic import BenchTraffic, special_tokens_for, tokenizer_facts
 
     kw = {k: v for k, v in given.items() if v is not None}
     kw["seed"] = int(seed or 0)

@@ -189,7 +189,7 @@ def tune_cmd(
         flags.update(flags.pop("bench"))
         flags.pop("plan")
         if not model and from_bench_cmd:
-            from ..workload.bench_cmd import parse_bench_cmd
+            from ..traffic.bench_cmd import parse_bench_cmd
 
             model = parse_bench_cmd(from_bench_cmd).model
         # The base is the first value of each list: the measured KV memory and a --profile describe it.

@@ -95,7 +95,7 @@ def simulate_load(req, plan_result, opts: PreflightOptions, tokenizer):
 def _bench(url: str, opts: PreflightOptions) -> tuple[LoadRun, dict]:
     from ..bench.config import BenchConfig
     from ..bench.run import run_bench
-    from ..workload.lengthdist import parse_length
+    from ..traffic.lengthdist import parse_length
 
     length = "log" if opts.requests else None
     cfg = BenchConfig(url=url, rate=opts.load_rate, duration_s=opts.duration_s, requests_log=opts.requests,

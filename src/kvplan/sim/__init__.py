@@ -10,12 +10,12 @@ Public API::
 from .result import SimResult
 from .simulate import PlanDoesNotStart, capacity_boundary, find_saturation, simulate
 from .steptime import StepShape, StepTimeProfile, default_profile
-from .trace import SimRequest, Trace, synthetic_trace
+from ..traffic.trace import SimRequest, Trace, synthetic_trace
 
 
 def trace_from_log(*args, **kwargs):
-    """:func:`kvplan.sim.logtrace.trace_from_log` (imported on first use: it reads request logs)."""
-    from .logtrace import trace_from_log as _impl
+    """:func:`kvplan.traffic.logtrace.trace_from_log` (imported on first use: it reads request logs)."""
+    from ..traffic.logtrace import trace_from_log as _impl
 
     return _impl(*args, **kwargs)
 

@@ -17,7 +17,7 @@ from ..slo import count_good, goodput_limits, judge
 from .engine import DONE, Engine
 from .result import SimResult, summarize, summarize_weighted
 from .steptime import StepTimeProfile, default_profile
-from .trace import Trace
+from ..traffic.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult

@@ -16,7 +16,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
-    from .trace import Trace
+    from ..traffic.trace import Trace
 
 OBJECTIVES = ("goodput_per_gpu", "min_gpus")
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")

@@ -21,7 +21,7 @@ import json
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from ..workload.arrivals import rate_schedule, replay_schedule
+from .arrivals import rate_schedule, replay_schedule
 from .trace import SimRequest, Trace, parse_arrival
 
 BATCH = 256

@@ -1,9 +1,9 @@
 """Traffic for the simulator: a :class:`Trace` of :class:`SimRequest` (arrival offset, prompt and
 output lengths, an optional shared prefix), built from parameters (:func:`synthetic_trace`) or from
-a request log (:func:`trace_from_log`, in :mod:`kvplan.sim.logtrace`).
+a request log (:func:`trace_from_log`, in :mod:`kvplan.traffic.logtrace`).
 
-Arrivals come from :mod:`kvplan.workload.arrivals` and lengths from
-:class:`kvplan.workload.lengthdist.LengthDist`, the same code ``kvplan bench`` sends traffic with,
+Arrivals come from :mod:`kvplan.traffic.arrivals` and lengths from
+:class:`kvplan.traffic.lengthdist.LengthDist`, the same code ``kvplan bench`` sends traffic with,
 so a simulated and a measured run see the same schedule for the same seed.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import UsageError
-from ..workload.arrivals import rate_schedule
-from ..workload.lengthdist import LengthDist
+from .arrivals import rate_schedule
+from .lengthdist import LengthDist
 
 ARRIVALS = ("constant", "poisson", "gamma")
 
@@ -124,15 +124,15 @@ def trace_from_requests(requests, source: str) -> Trace:
 def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
                 rate: Optional[float] = None, warm_up: bool = True, notes: tuple = ()) -> Trace:
     """The requests ``vllm bench serve`` sends for ``traffic`` (a
-    :class:`kvplan.workload.bench_traffic.BenchTraffic`), as vLLM ``version`` samples them; ``rate``
+    :class:`kvplan.traffic.bench_traffic.BenchTraffic`), as vLLM ``version`` samples them; ``rate``
     overrides ``--request-rate`` (a saturation search). The engine's prompt is the client's count
     plus the ``num_special`` tokens the server adds (BOS). Request 0's prompt is cached before
     t = 0: vLLM bench sends it once as its test request (and ``--num-warmups`` times more) before
     the run starts."""
     import dataclasses
 
-    from ..workload.bench_traffic import sample_bench
-    from ..workload.sharegpt import sample_pairs
+    from .bench_traffic import sample_bench
+    from .sharegpt import sample_pairs
 
     t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
     smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
@@ -189,7 +189,7 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
     import dataclasses
 
     from ..slo import parse_seconds
-    from ..workload.lengthdist import parse_length
+    from .lengthdist import parse_length
 
     if max_concurrency is not None and max_concurrency < 1:
         raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
