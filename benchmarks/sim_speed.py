@@ -1,6 +1,6 @@
 """How fast ``kvplan simulate`` runs: wall time for the seed scenario (Llama-2-70B, 4x A100-80GB
 TP 4, prompts uniform 800-1,200 tokens, 512 output tokens) at 10,000 requests, how it grows with the
-trace (10k / 100k / 1M), and a 200-configuration ``kvplan tune`` sweep when kvplan.sim.tune exists.
+trace (10k / 100k / 1M), and a 200-configuration ``kvplan tune`` sweep when kvplan.tune.search exists.
 
     .venv/bin/python benchmarks/sim_speed.py              # 10k, 100k, 1M + the sweep
     .venv/bin/python benchmarks/sim_speed.py --quick      # 10k only, 3 repeats
@@ -61,9 +61,9 @@ def one(n: int, rate: float, repeats: int) -> None:
 
 def sweep(n_requests: int, rate: float) -> None:
     try:
-        from kvplan.sim.tune import TuneSpace, tune
+        from kvplan.tune.search import TuneSpace, tune
     except ImportError:
-        print("kvplan.sim.tune not available: no sweep")
+        print("kvplan.tune.search not available: no sweep")
         return
     from kvplan.slo import parse_slo
 

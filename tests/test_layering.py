@@ -29,6 +29,7 @@ LAYERS = {
     "traffic": 4.5,  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces (reads request logs)
     "sim": 5,
     "bench": 6,
+    "tune": 6.5,  # a client of sim: simulates every configuration of a search space
     "report": 7,
     "ops": 8,
     "preflight": 9,

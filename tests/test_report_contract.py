@@ -96,7 +96,7 @@ def samples(tmp_path_factory) -> dict:
     from kvplan.ops.doctor import diagnose, read_source
     from kvplan.sim import simulate
     from kvplan.sim.calibrate import calibrate
-    from kvplan.sim.tune import TuneSpace, tune
+    from kvplan.tune.search import TuneSpace, tune
     from kvplan.slo import parse_slo
     from kvplan.workload.analysis import LengthsOptions, analyze_lengths
 

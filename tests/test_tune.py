@@ -17,7 +17,7 @@ from kvplan.hardware import find_gpu
 from kvplan.memory import PlanRequest
 from kvplan.models import load_model
 from kvplan.sim import StepTimeProfile, synthetic_trace
-from kvplan.sim.tune import TuneSpace, goodput_per_gpu_bound, tune
+from kvplan.tune.search import TuneSpace, goodput_per_gpu_bound, tune
 from kvplan.slo import parse_slo
 from kvplan.traffic.lengthdist import LengthDist
 
@@ -139,9 +139,9 @@ def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
 
 
 def test_the_reuse_rule():
-    from kvplan.sim.tune_reuse import can_stand_for, step_demand_blocks
-    from kvplan.sim.tune_share import ShareOutcome
-    from kvplan.sim.tune_space import expand
+    from kvplan.tune.reuse import can_stand_for, step_demand_blocks
+    from kvplan.tune.share import ShareOutcome
+    from kvplan.tune.space import expand
 
     big = replace(BASE, kv_cache_memory_bytes=4000 * BLOCK_BF16)
     cands, _, _ = expand(big, replace(TINY, kv_cache_dtype=("auto",), max_num_seqs=(64, 128)), STEADY)

@@ -110,7 +110,7 @@ def test_traffic_is_required():
 
 def test_request_log_sets_the_coverage_target_of_max_model_len():
     from kvplan.sim import trace_from_log
-    from kvplan.sim.tune_space import workload_floor
+    from kvplan.tune.space import workload_floor
 
     log = str(Path(__file__).parents[1] / "src/kvplan/workload/examples/customer_service.jsonl.gz")
     p = kvplan("--model", "qwen2.5-1.5b", "--gpu", "L4", "--requests", log, "--rate", "5", "--num-requests", "2000",

@@ -13,7 +13,7 @@ from ray_helpers import free_port  # noqa: E402
 from test_tune import BASE, BURST, STEP, TINY  # noqa: E402
 
 from kvplan.errors import UsageError  # noqa: E402
-from kvplan.sim.tune import tune  # noqa: E402
+from kvplan.tune.search import tune  # noqa: E402
 from kvplan.slo import parse_slo  # noqa: E402
 
 

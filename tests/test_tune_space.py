@@ -13,12 +13,12 @@ from kvplan.errors import UsageError
 from kvplan.hardware import find_gpu
 from kvplan.memory import PlanRequest
 from kvplan.models import load_model
-from kvplan.sim.tune_exec import Backend, _chunks, _uninterleave, choose_backend, run_tasks
-from kvplan.sim.tune_rank import closeness, pareto_front, rank_key
+from kvplan.tune.execute import Backend, _chunks, _uninterleave, choose_backend, run_tasks
+from kvplan.tune.rank import closeness, pareto_front, rank_key
 from kvplan.slo import Check, count_good, goodput_limits, judge
 from kvplan.quantiles import percentile
-from kvplan.sim.tune_share import ShareOutcome, combine_shares
-from kvplan.sim.tune_space import (BELOW_WORKLOAD, FP8_UNSUPPORTED, TuneSpace, combinations, expand,
+from kvplan.tune.share import ShareOutcome, combine_shares
+from kvplan.tune.space import (BELOW_WORKLOAD, FP8_UNSUPPORTED, TuneSpace, combinations, expand,
                                    split_round_robin, workload_floor)
 from kvplan.slo import Slo, parse_slo
 

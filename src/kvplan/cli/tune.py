@@ -1,5 +1,5 @@
 """``kvplan tune``: search vLLM's flags, GPU type and TP × DP split for the configuration that serves a
-trace within its SLOs (kvplan.sim.tune). Thin: parse, call, render.
+trace within its SLOs (kvplan.tune.search). Thin: parse, call, render.
 
 The space flags take comma-separated lists (``--max-num-seqs 64,128,256``); the plan and traffic
 flags are those of ``kvplan plan`` and ``kvplan simulate``. Only typer and the standard library are
@@ -60,7 +60,7 @@ def _fraction(text: str) -> float:
 
 
 def _kv_dtype(text: str) -> str:
-    from ..sim.tune_space import KV_DTYPES
+    from ..tune.space import KV_DTYPES
 
     v = text.lower()
     if v not in KV_DTYPES:
@@ -77,7 +77,7 @@ def _gpu_name(text: str) -> str:
 def build_space(*, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization, kv_cache_dtype,
                 gpus, tp, gpu, coverage):
     """The :class:`TuneSpace` of the CLI's list flags (unset flags keep the space's defaults)."""
-    from ..sim.tune import TuneSpace
+    from ..tune.search import TuneSpace
 
     kw: dict = {}
     if max_num_seqs is not None:
@@ -213,7 +213,7 @@ def tune_cmd(
             from ..sim import StepTimeProfile
 
             prof = StepTimeProfile.load(profile)
-        from ..sim.tune import tune
+        from ..tune.search import tune
 
         result = tune(base, trace, slos, space=space, objective=objective, processes=processes,
                       ray_address=ray_address, profile=prof, all_replicas=all_replicas, exhaustive=exhaustive, reuse=not no_reuse,

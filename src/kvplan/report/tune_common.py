@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..sim.tune import TuneResult, TuneRow
+from ..tune.search import TuneResult, TuneRow
 
 
 def seconds(x: Optional[float]) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .._json import dumps_report
-from ..sim.tune import TuneResult
+from ..tune.search import TuneResult
 
 
 def render_json(result: TuneResult) -> str:

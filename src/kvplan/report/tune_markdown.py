@@ -1,7 +1,7 @@
 """Markdown rendering of ``kvplan tune`` (for PRs and capacity notes)."""
 from __future__ import annotations
 
-from ..sim.tune import TuneResult
+from ..tune.search import TuneResult
 from ._markdown import cell, code, fence
 from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, verdict
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..sim.tune import TuneResult
+from ..tune.search import TuneResult
 from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, title, verdict
 
 

@@ -1,12 +1,12 @@
 """``kvplan tune``: the vLLM configuration that serves a trace within its SLOs on the fewest GPUs.
 
-1. Expand the search space and plan every combination (:mod:`.tune_space`): what vLLM would
+1. Expand the search space and plan every combination (:mod:`.space`): what vLLM would
    refuse to start is pruned and counted by vLLM's error kind; identical resolved flags run once.
-2. Simulate each configuration (:mod:`.tune_exec`: serial, a process pool, or Ray), fewest GPUs
+2. Simulate each configuration (:mod:`.execute`: serial, a process pool, or Ray), fewest GPUs
    first, skipping GPU counts that cannot beat the best configuration found. With data
    parallelism the trace is split round-robin over the replicas (each sees rate / DP) and one
-   replica is simulated on its share (:mod:`.tune_share`; or all of them, combined).
-3. Judge each against the SLOs and rank it (:mod:`.tune_rank`): goodput per GPU (requests/s meeting
+   replica is simulated on its share (:mod:`.share`; or all of them, combined).
+3. Judge each against the SLOs and rank it (:mod:`.rank`): goodput per GPU (requests/s meeting
    every SLO per GPU) or the fewest GPUs; the Pareto front of output tokens/s per GPU against the
    SLO's latency; the winner's ``vllm serve`` command.
 """
@@ -18,18 +18,18 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..errors import UsageError
-from .tune_exec import Runner, choose_backend
-from .tune_reuse import can_stand_for, family_key, trace_shares_prefixes
+from .execute import Runner, choose_backend
+from .reuse import can_stand_for, family_key, trace_shares_prefixes
 from ..slo import Check, count_good, goodput_limits, judge
-from .tune_rank import check_dict, closeness, pareto_front, pareto_latency_key, rank_key
-from .tune_share import ShareOutcome, combine_shares, simulate_share
-from .tune_space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
+from .rank import check_dict, closeness, pareto_front, pareto_latency_key, rank_key
+from .share import ShareOutcome, combine_shares, simulate_share
+from .space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
                          recommended_max_model_len)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest
     from ..slo import Slo
-    from .steptime import StepTimeProfile
+    from ..sim.steptime import StepTimeProfile
 
 SCHEMA_VERSION = 1
 
@@ -286,7 +286,7 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
     the same either way; the skipped ones are counted, not ranked.
 
     With ``reuse`` (the default), a configuration that differs from a simulated one only in limits
-    that run never reached (more ``max_num_seqs``, more KV blocks; :mod:`.tune_reuse` has the exact
+    that run never reached (more ``max_num_seqs``, more KV blocks; :mod:`.reuse` has the exact
     rule) takes that run instead of repeating it, and its row names it (``reused_from``)."""
     if objective not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -365,7 +365,7 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
 
 
 def _clocks(cands, base, profile) -> dict:
-    from .opmodel import clock_for_gpu
+    from ..sim.opmodel import clock_for_gpu
 
     out = {}
     for c in cands:

@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .tune_share import ShareOutcome
-    from .tune_space import Candidate
+    from .share import ShareOutcome
+    from .space import Candidate
 
 
 def family_key(c: "Candidate", profiled: bool) -> Optional[tuple]:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
-from .result import summarize
+from ..sim.result import summarize
 
 LATENCY_STATS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
 
@@ -35,7 +35,7 @@ class ShareOutcome:
     itl: dict  # the replica's ITL percentiles
     preemptions: int
     profile: str = ""  # the step-time profile's source
-    # What the reuse rule (:mod:`.tune_reuse`) needs to know about the run:
+    # What the reuse rule (:mod:`.reuse`) needs to know about the run:
     max_waiting: int = 0  # the waiting queue after a step, at its longest
     kv_peak_blocks: int = 0  # KV blocks in use after a step, at most
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
@@ -90,14 +90,14 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
 
 def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
     """Run in a worker: simulate replica ``k`` of ``dp`` on its round-robin share of the trace."""
-    from .simulate import simulate
+    from ..sim.simulate import simulate
 
-    from .steptime import default_profile
+    from ..sim.steptime import default_profile
 
     _index, request, plan_result, profile, dp, k = task
     shares = shared.setdefault("_shares", {})
     if dp not in shares:
-        from .tune_space import split_round_robin
+        from .space import split_round_robin
 
         shares[dp] = split_round_robin(shared["trace"], dp)
     trace = shares[dp][k]
