@@ -26,7 +26,8 @@ LAYERS = {
     "memory": 3,
     "serve_flags": 3.5,  # the serve flags' table and their rules: the plan request, below its readers
     "workload": 4,
-    "traffic": 4.5,  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces (reads request logs)
+    "traffic": 4.5,
+    "runs": 4.5,  # a run's files (and the sections sim and bench share), below both  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces (reads request logs)
     "sim": 5,
     "bench": 6,
     "tune": 6.5,  # a client of sim: simulates every configuration of a search space

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from ..workload.runfiles import find_records, iter_records, load_result
+from ..runs.files import find_records, iter_records, load_result
 from .fitmath import explained, nnls, quality
 from .steptime import StepTimeProfile
 
@@ -101,7 +101,7 @@ class CalibrationResult:
 
 
 # --------------------------------------------------------------------------- reading runs
-# The run files' format is read by kvplan.workload.runfiles, the one reader bench uses too.
+# The run files' format is read by kvplan.runs.files, the one reader bench uses too.
 _CALIBRATE_READS = "calibrate reads the --output of `kvplan bench`"
 _RECORDS_NEEDED = " (calibration needs each request's token times, the result JSON alone has only percentiles)"
 
