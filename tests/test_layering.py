@@ -1,11 +1,15 @@
 """kvplan's import layering, read from the source (an AST walk, nothing is imported).
 
-The domains flow one way: models and hardware -> memory -> workload -> sim -> bench -> report;
-ops and preflight compose them; cli is the thin top, beside the web front end (ui) and the
-package's public API (kvplan/__init__.py), which may use each other; errors, quantiles, _json (the one JSON writer), slo and _ray are the shared base every layer may use. A module may import its own subpackage and any lower layer,
-never a higher one, at module level or inside a function (a lazy import keeps start-up fast but
-is as much a dependency). Imports under ``if TYPE_CHECKING:`` are exempt: they name the data a
-function reads (a renderer's result type) without loading its producer.
+The domains form a partial order (:data:`BUILDS_ON`, each package's direct foundations; a package
+may import its own subpackage and everything below it, transitively): models and hardware ->
+memory -> the serve flags and workload -> traffic -> sim and bench (siblings: neither imports the
+other) -> tune (a client of sim) -> report, ops, preflight; cli and the page (ui) are twin front
+ends over library functions: cli may start the page (``kvplan ui``), the page never imports cli.
+errors, quantiles, _json (the one JSON writer), slo, flags and _ray are the shared base every
+package may use. An import goes down the order, never up or sideways, at module level or inside a
+function (a lazy import keeps start-up fast but is as much a dependency). Imports under
+``if TYPE_CHECKING:`` are exempt: they name the data a function reads (a renderer's result type)
+without loading its producer.
 
 No import cycles between modules at module level (TYPE_CHECKING blocks and function-level imports
 excluded: those run after both modules have loaded, so they cannot leave one half-initialised).
@@ -13,31 +17,44 @@ excluded: those run after both modules have loaded, so they cannot leave one hal
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "kvplan"
 
-#: lower number = lower layer; an import must go to the same subpackage or a lower number
-LAYERS = {
-    "errors": 0, "quantiles": 0, "_json": 0,
-    "slo": 1, "_ray": 1,
-    "models": 2, "hardware": 2,
-    "memory": 3,
-    "serve_flags": 3.5,  # the serve flags' table and their rules: the plan request, below its readers
-    "workload": 4,
-    "traffic": 4.5,
-    "runs": 4.5,  # a run's files (and the sections sim and bench share), below both  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces (reads request logs)
-    "sim": 5,
-    "bench": 6,
-    "tune": 6.5,  # a client of sim: simulates every configuration of a search space
-    "report": 7,
-    "ops": 8,
-    "preflight": 9,
-    "cli": 10,
-    "ui": 10,  # the web page: a front end beside cli, answering with the commands' own JSON
-    "": 10,  # kvplan/__init__.py: the public API, re-exported from the layers below; cli reads its __version__
+#: the shared base: every package may import these (they import only errors)
+BASE = {"errors", "quantiles", "_json", "slo", "flags", "_ray"}
+
+#: each package's direct foundations; the order is their transitive closure
+BUILDS_ON: dict[str, set[str]] = {
+    **{b: set() for b in BASE},
+    "models": set(), "hardware": set(),
+    "memory": {"models", "hardware"},
+    "serve_flags": {"memory"},  # vLLM's serve flags, one table, and the rules that make a plan request
+    "workload": {"memory"},  # request logs -> token lengths -> recommendations
+    "traffic": {"workload", "serve_flags"},  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces
+    "runs": set(),  # a run's files (and the sections sim and bench share), below both
+    "sim": {"traffic", "runs"},
+    "bench": {"traffic", "runs"},
+    "tune": {"sim"},  # a client of sim: simulates every configuration of a search space
+    "report": {"sim", "bench", "tune"},  # renders their results
+    "ops": {"bench"},
+    "preflight": {"ops", "report", "sim", "bench"},
+    "ui": {"sim"},  # the web page: a front end over the library, as cli is
+    "cli": {"preflight", "tune", "ui"},  # `kvplan ui` starts the page; the page never imports cli
+    "": {"memory"},  # kvplan/__init__.py: the public API, re-exported from the packages below; cli reads its __version__
 }
+BUILDS_ON["cli"].add("")
+
+
+@lru_cache(maxsize=None)
+def below(package: str) -> frozenset:
+    """Every package ``package`` may import (its foundations, transitively, and the base)."""
+    out = set(BASE)
+    for dep in BUILDS_ON[package]:
+        out |= {dep} | below(dep)
+    return frozenset(out - {package})
 
 
 def _module_name(path: Path) -> str:
@@ -101,20 +118,29 @@ def _layer(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def test_every_subpackage_has_a_layer():
-    assert {_layer(m) for m in MODULES} <= set(LAYERS), "add the new subpackage to LAYERS"
+def test_every_subpackage_has_a_place_in_the_order():
+    assert {_layer(m) for m in MODULES} <= set(BUILDS_ON), "add the new subpackage to BUILDS_ON"
 
 
-def test_no_layer_imports_a_higher_one():
+def test_the_order_has_no_cycle():
+    assert all(p not in below(p) for p in BUILDS_ON)
+
+
+def test_no_package_imports_one_not_below_it():
     wrong = []
     for module in MODULES:
         src = _layer(module)
         for target, line, where in _imports(module):
             dst = _layer(target)
-            if dst != src and (LAYERS[dst] > LAYERS[src] or LAYERS[dst] == LAYERS[src] and LAYERS[src] < LAYERS["cli"]):
+            if dst != src and dst not in below(src):
                 wrong.append(f"{MODULES[module].relative_to(SRC)}:{line}: {src or 'kvplan'} imports "
                              f"{target} ({dst or 'kvplan'}, not below it; {where} level)")
     assert not wrong, "\n".join(wrong)
+
+
+def test_sim_and_bench_are_siblings_and_the_page_never_imports_the_cli():
+    assert "bench" not in below("sim") and "sim" not in below("bench")
+    assert "cli" not in below("ui")
 
 
 def test_no_import_cycles_at_module_level():
@@ -159,4 +185,4 @@ def test_the_walk_sees_what_it_checks():
     assert sim.get("kvplan.sim.engine") == "module"
     assert sim.get("kvplan.memory") == "function"  # plan(): imported lazily
     cli = {t for t, _, _ in _imports("kvplan.cli.main")}
-    assert "kvplan.cli.plan_flags" in cli and "kvplan.errors" in cli
+    assert "kvplan.cli.options" in cli and "kvplan.errors" in cli

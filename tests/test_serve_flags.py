@@ -28,12 +28,16 @@ def sample_argv(flag: sf.ServeFlag, positive: bool = True) -> tuple[list[str], o
     return [flag.flag, text], value
 
 
-def cli_params(command: str) -> dict:
+def cli_command(command: str):
     import typer.main
 
     from kvplan.cli.main import app
 
-    return {p.name: p for p in typer.main.get_command(app).commands[command].params}
+    return typer.main.get_command(app).commands[command]
+
+
+def cli_params(command: str) -> dict:
+    return {p.name: p for p in cli_command(command).params}
 
 
 def test_the_table_names_each_flag_once():
@@ -70,8 +74,6 @@ def test_every_command_that_plans_takes_every_flag_under_the_same_names(command)
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != "tune"])
 def test_every_command_reads_every_flag_as_the_table_does(command):
     """click's reading of each flag (its type, its negative form) is the table's own."""
-    from kvplan.cli.plan_flags import cli_command
-
     cmd = cli_command(command)
     required = ["inputs/run.json"] if command == "calibrate" else []
     for f in sf.SERVE_FLAGS:
@@ -83,8 +85,6 @@ def test_every_command_reads_every_flag_as_the_table_does(command):
 
 
 def test_tune_takes_lists_of_the_space_flags_and_single_values_of_the_rest():
-    from kvplan.cli.plan_flags import cli_command
-
     cmd = cli_command("tune")
     ctx = cmd.make_context("tune", ["--max-num-seqs", "64,128", "-tp", "1,2", "--block-size", "32", "--enforce-eager"])
     assert ctx.params["max_num_seqs"] == "64,128" and ctx.params["tensor_parallel_size"] == "1,2"

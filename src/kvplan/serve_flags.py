@@ -1,6 +1,6 @@
 """``SERVE_FLAGS``: vLLM's serve flags (and kvplan's words for the deployment: GPU, vLLM version),
 declared once. Every front end that plans derives its vocabulary from this table: the options of
-``kvplan plan | simulate | tune | calibrate | preflight`` (``kvplan.cli.plan_flags.serve_options``),
+``kvplan plan | simulate | tune | calibrate | preflight`` (``kvplan.cli.options.serve_options``),
 ``profile``'s pass-through flags and the page's argv (:func:`parse_argv`), the keys of a
 ``preflight --config`` file (:func:`config_types`), the page's allow-list, a pasted ``vllm serve``
 line (:func:`parse_serve_argv`) and its reverse (:func:`serve_argv`). The rules that turn the
@@ -31,39 +31,25 @@ table to declare its options; the library is imported inside the functions).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Optional
 
+from . import flags
 from .errors import UsageError
+from .flags import Flag, kinds, values_from_split
 
 if TYPE_CHECKING:  # the data the functions below build; imported when they run
     from .memory import PlanRequest, PlanResult
 
 
 @dataclass(frozen=True)
-class ServeFlag:
-    """One serve flag: how every front end spells, reads and defaults it."""
+class ServeFlag(Flag):
+    """One serve flag: a :class:`~kvplan.flags.Flag` whose field is the PlanRequest's, with the
+    rules that merge it with a start-up log."""
 
-    field: str  # the PlanRequest field and the key in a values mapping, a config file and vLLM's args
-    names: tuple[str, ...]  # ("--tensor-parallel-size", "-tp"): the long name first
-    type: type  # what the text is read as: int, float, str or bool
-    default: Any  # the value when nobody gives one (None: the version's or the planner's own)
-    help: str
+    negatable: bool = True  # every on/off flag is --x/--no-x, as vLLM's BooleanOptionalAction
     from_log: bool = False  # a start-up log's "non-default args" fills it when the flag is not given
     vllm: bool = True  # a `vllm serve` flag (False: kvplan's own description of the deployment)
     sizes: bool = False  # a str read later as a number or size (32k, 30GiB): a config may give a number
-
-    @property
-    def flag(self) -> str:
-        """The long name: ``--tensor-parallel-size``."""
-        return self.names[0]
-
-    @property
-    def negative(self) -> Optional[str]:
-        """``--no-enforce-eager`` for a bool flag (vLLM's BooleanOptionalAction), else None."""
-        return "--no-" + self.names[0][2:] if self.type is bool else None
-
-    def all_names(self) -> tuple[str, ...]:
-        return self.names + ((self.negative,) if self.negative else ())
 
 
 _MODEL_HELP = "HF id or alias from the catalog, config.json, or model folder."
@@ -170,6 +156,7 @@ FIELDS: tuple[str, ...] = tuple(BY_FIELD)
 
 #: the option ``kvplan plan`` adds to the table: a start-up log whose values fill the flags not given
 FROM_LOG_HELP = "A vLLM start-up log: use its measured KV memory and flags."
+FROM_LOG = Flag("from_log", ("--from-log",), str, None, FROM_LOG_HELP)
 
 
 def defaults() -> dict[str, Any]:
@@ -204,128 +191,24 @@ def help_lines() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- argv
-def _canon(flag: str) -> str:
-    """--random_input_len -> --random-input-len (vLLM's FlexibleArgumentParser)."""
-    if flag.startswith("--"):
-        return "--" + flag[2:].replace("_", "-")
-    return flag
-
-
-def split_argv(argv: Sequence[str], tables: Mapping[str, Mapping[str, str]], what: str,
-               exact: Collection[str] = frozenset(),
-               abbreviate: bool = True) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> ({flag: value or True or [values]}, positionals, ignored flags), as vLLM's argparse
-    splits it: ``--flag value`` and ``--flag=value``, underscores as dashes. ``tables`` maps a
-    flag to "value" (one argument), "flag" (none) or "multi" (nargs="+"); those in the tables
-    named "ignored" are listed, those in "unsupported" are an error. Errors name unknown and
-    unsupported flags together. With ``abbreviate`` a prefix of a flag is the flag when it is the
-    only one it begins (argparse's allow_abbrev), but never for the names in ``exact`` (kvplan's
-    own words, which vLLM's parser does not have)."""
-    known: dict[str, str] = {}
-    for table in tables.values():
-        known.update(table)
-    out: dict[str, Any] = {}
-    positionals: list[str] = []
-    ignored: list[str] = []
-    unknown: list[str] = []
-    unsupported: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        i += 1
-        if not tok.startswith("-") or tok == "-":
-            positionals.append(tok)
-            continue
-        name, eq, inline = tok.partition("=")
-        name = _canon(name)
-        if name not in known and name.startswith("--") and abbreviate:
-            matches = [k for k in known if k.startswith(name) and k not in exact]
-            if len(matches) == 1:  # argparse's allow_abbrev
-                name = matches[0]
-            elif len(matches) > 1:
-                raise UsageError(f"{what}: {tok} is ambiguous (could be {', '.join(sorted(matches))})")
-        kind = known.get(name)
-        if kind is None:
-            unknown.append(name)
-            # skip its value, if it seems to have one
-            if not eq and i < len(argv) and not argv[i].startswith("-"):
-                i += 1
-            continue
-        if kind == "flag":
-            if eq:  # argparse: "ignored explicit argument"
-                raise UsageError(f"{what}: {name} takes no value (got {tok!r})")
-            value: Any = True
-        elif kind == "value":
-            if eq:
-                value = inline
-            elif i < len(argv):
-                value = argv[i]
-                i += 1
-            else:
-                raise UsageError(f"{what}: {name} needs a value")
-        else:
-            vals = [inline] if eq else []
-            while i < len(argv) and not argv[i].startswith("--"):
-                vals.append(argv[i])
-                i += 1
-            value = vals
-        if name in tables.get("unsupported", {}):
-            unsupported.append(name)
-        elif name in tables.get("ignored", {}):
-            ignored.append(name)
-        else:
-            out[name] = value
-    if unknown or unsupported:
-        parts = []
-        if unsupported:
-            parts.append(f"not modelled by kvplan: {', '.join(unsupported)}")
-        if unknown:
-            parts.append(f"unknown flag(s): {', '.join(unknown)}")
-        raise UsageError(f"{what}: " + "; ".join(parts))
-    return out, positionals, ignored
-
-
-def read_number(value: Any, flag: str, kind: type = float) -> Any:
-    """``kind(value)``, or a UsageError naming the flag."""
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag}: cannot read {value!r} as a number") from None
-
-
 def serve_flag_kinds() -> dict[str, str]:
     """Every spelling of every flag -> "flag" (takes no value) or "value": what
-    :func:`split_argv` needs to split a command line."""
-    return {n: ("flag" if f.type is bool else "value") for f in SERVE_FLAGS for n in f.all_names()}
+    :func:`kvplan.flags.split_argv` needs to split a command line."""
+    return kinds(SERVE_FLAGS)
 
 
-def parse_serve_argv(flags: Mapping[str, Any]) -> dict[str, Any]:
+def parse_serve_argv(split: Mapping[str, Any]) -> dict[str, Any]:
     """Split flags (``{"--max-num-seqs": "64", "--no-enforce-eager": True}``, any spelling of
     :data:`SERVE_FLAGS`) -> values by field, each read as its type."""
-    out: dict[str, Any] = {}
-    for name, raw in flags.items():
-        f = BY_NAME.get(name)
-        if f is None:
-            continue
-        if f.type is bool:
-            out[f.field] = name != f.negative
-        elif f.type in (int, float):
-            out[f.field] = read_number(raw, f.flag, f.type)
-        else:
-            out[f.field] = str(raw)
-    return out
+    return values_from_split(split, SERVE_FLAGS)
 
 
 def parse_argv(argv: Iterable[Any], *, what: str = "plan flags") -> tuple[dict[str, Any], Optional[str]]:
     """kvplan's spelling of the flags (``["--model", "x", "-tp", "2", "--enforce-eager"]``, also
     ``--flag=value``) -> (values by field, the ``--from-log`` path or None). An unknown flag, a
     missing or malformed value is a UsageError naming it."""
-    split, positionals, _ = split_argv([str(a) for a in argv],
-                                       {"serve flags": serve_flag_kinds(), "kvplan": {"--from-log": "value"}},
-                                       what, abbreviate=False)
-    if positionals:
-        raise UsageError(f"{what}: unexpected argument(s) {' '.join(positionals)}")
-    return parse_serve_argv(split), split.get("--from-log")
+    values, _ = flags.parse_argv(argv, (*SERVE_FLAGS, FROM_LOG), what=what)
+    return values, values.pop("from_log", None)
 
 
 def serve_argv(values: Mapping[str, Any], model: Optional[str] = None) -> list[str]:

@@ -15,7 +15,7 @@ import typer
 
 from ..errors import UsageError
 from ..report import registry as reports
-from . import plan_flags as pf
+from . import options as opt
 from ._exit import fail as _fail
 
 
@@ -27,7 +27,7 @@ def calibrate_cmd(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the profile (for simulate/tune --profile)."),
     validate: Optional[List[Path]] = typer.Option(None, "--validate", help="Held-out bench results: report how "
                                                   "well the fitted profile predicts them (not used in the fit)."),
-    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; opt.serve_options puts them here)
     window_chunks: int = typer.Option(8, "--window-chunks", help="Cut each request's decode window into pieces of "
                                       "this many chunks (0 = one equation per request)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, or json (the calibration on stdout)."),
@@ -100,4 +100,4 @@ _OVERRIDES = {
 
 
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(pf.serve_options(calibrate_cmd, overrides=_OVERRIDES))
+    app.command("calibrate")(opt.serve_options(calibrate_cmd, overrides=_OVERRIDES))

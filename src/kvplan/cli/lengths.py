@@ -7,7 +7,6 @@ workload package loads tokenizers/jinja2 only when a prompt is really counted.
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -15,100 +14,39 @@ import typer
 
 from ..errors import UsageError
 from ..report import registry as reports
+from . import options as opt
 from ._exit import fail as _fail
 
 
 Format = reports.format_enum("lengths")
 
 
-class InputFormat(str, Enum):
-    auto = "auto"
-    openai_chat = "openai-chat"
-    openai_completion = "openai-completion"
-    usage = "usage"
-    sharegpt = "sharegpt"
-    text = "text"
-    vllm_log = "vllm-log"
-
-
-class Container(str, Enum):
-    auto = "auto"
-    jsonl = "jsonl"
-    json = "json"
-    csv = "csv"
-    log = "log"
-
-
 def resolve_tokenizer(tokenizer: Optional[str], model: Optional[str], chat_template: Optional[str],
                       quiet: bool = False):
-    """--tokenizer wins; else the tokenizer of --model (local folder, HF cache, or hub); else None."""
-    from ..workload.tokenizer import ChatTokenizer
+    """--tokenizer wins; else the tokenizer of --model (local folder, HF cache, or hub); else None
+    (with a note on stderr unless ``quiet``)."""
+    from ..workload.run import resolve_tokenizer as resolve
 
-    if tokenizer:
-        return ChatTokenizer.from_path(tokenizer, chat_template)
-    if model:
-        tok = ChatTokenizer.for_model(model)
-        if tok is None:
-            if not quiet:
-                typer.echo(f"kvplan: note: no tokenizer for {model} in a local folder or the Hugging Face cache (and "
-                           "the hub is unavailable): only server-reported usage is exact; give --tokenizer DIR, "
-                           "or --estimate.", err=True)
-            return None
-        if chat_template:
-            return ChatTokenizer.from_path(str(Path(tok.source).parent), chat_template)
-        return tok
-    return None
+    return resolve(tokenizer, model, chat_template, note=None if quiet else _note)
 
 
-def _plan_for(model: Optional[str], gpu: Optional[str], tp: int):
-    if not model:
-        return None
-    from ..hardware import find_gpu
-    from ..memory import PlanRequest, plan
-    from ..models import load_model
-
-    try:
-        spec = load_model(model)
-    except UsageError:
-        return None  # a tokenizer-only folder: no config.json, so no bytes per token
-    return plan(PlanRequest(spec, find_gpu(gpu or "H100"), tensor_parallel_size=tp), what_ifs=False, fit_search=True)
+def _note(text: str) -> None:
+    typer.echo(text, err=True)
 
 
 def lengths_cmd(
     files: list[str] = typer.Argument(..., help="Request logs: JSONL, JSON arrays, CSV or vLLM logs (gzip/zstd ok); "
                                                 "globs; - for stdin."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Model folder, tokenizer.json, or "
-                                            "pkg:NAME (a Python package shipping tokenizer.json)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (catalog/hub id or folder): its tokenizer "
-                                        "when none is given, and its KV bytes per token for block waste."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU for the --model plan (block waste in GiB); default H100."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
-    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="A chat template file overriding the "
-                                                "tokenizer's."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="The output budget you will serve with "
-                                             "(overrides the requests' max_tokens)."),
-    percentile: float = typer.Option(99.0, "--percentile", "-p", help="Percentile the recommendations cover."),
-    block_size: int = typer.Option(16, "--block-size", help="vLLM block size max_model_len is rounded to."),
+    values: Optional[dict] = None,  # the options (kvplan/workload/run.py: LENGTHS_FLAGS; opt.flag_options)
     fmt: Format = typer.Option(Format.table, "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write an HTML report with histograms to this file."),
-    strict: bool = typer.Option(False, "--strict", help="Stop at the first bad record or file (exit code 1)."),
-    estimate: Optional[bool] = typer.Option(None, "--estimate/--no-estimate", help="Without a tokenizer, prompts "
-                                            "lacking server-reported usage are estimated from characters (labelled "
-                                            "everywhere); --no-estimate skips them instead."),
-    input_format: InputFormat = typer.Option(InputFormat.auto, "--input-format", help="Force the record shape."),
-    container: Container = typer.Option(Container.auto, "--container", help="Force the file format."),
-    session_field: Optional[str] = typer.Option(None, "--session-field", help="Conversation id field (dotted path)."),
-    timestamp_field: Optional[str] = typer.Option(None, "--timestamp-field", help="Arrival time field."),
-    duration_field: Optional[str] = typer.Option(None, "--duration-field", help="Request duration field (_ms = ms)."),
-    max_record_bytes: int = typer.Option(64 << 20, "--max-record-bytes", help="Longest line/record read."),
-    max_issues: int = typer.Option(50, "--max-issues", help="Skipped records listed with file and line in the "
-                                   "output (all are counted in records.skipped)."),
 ) -> None:
     """Token lengths of real traffic → max_model_len, max_tokens and history limits, with coverage and cost."""
     from ..workload.issues import StrictModeError
+    from ..workload.run import lengths_from_values
 
     try:
-        result = lengths_from_flags(dict(locals()))
+        result = lengths_from_values(values or {}, files, note=_note)
     except UsageError as exc:
         _fail(str(exc), 2)
     except StrictModeError as exc:
@@ -124,28 +62,6 @@ def lengths_cmd(
         typer.echo(f"kvplan: wrote {plot}", err=True)
     if result.records.used == 0:
         _fail("no usable record in the input (see the skipped reasons above)", 1)
-
-
-def lengths_from_flags(flags: dict, quiet: bool = False):
-    """``kvplan lengths``' LengthsResult for its parameters (``lengths_cmd``'s ``locals()``); the
-    command and ``kvplan ui`` both call this."""
-    from ..workload.analysis import LengthsOptions, analyze_lengths
-    from ..workload.shapes import FieldNames
-
-    opts = LengthsOptions(percentile=flags["percentile"], block_size=flags["block_size"],
-                          max_tokens=flags["max_tokens"], input_format=InputFormat(flags["input_format"]).value,
-                          container=Container(flags["container"]).value, estimate=flags["estimate"],
-                          strict=flags["strict"], fields=FieldNames(flags["session_field"], flags["timestamp_field"],
-                                                                   flags["duration_field"]),
-                          max_record_bytes=flags["max_record_bytes"], max_issues=flags.get("max_issues", 50))
-    opts.validate()
-    from ..workload.sources import expand_paths
-
-    expand_paths(list(flags["files"]), require_existing=True)  # one rule: file not found: PATH, exit 2
-    model = flags["model"]
-    tok = resolve_tokenizer(flags["tokenizer"], model, flags["chat_template"], quiet=quiet)
-    plan = _plan_for(model, flags["gpu"], flags["tensor_parallel_size"])
-    return analyze_lengths(list(flags["files"]), tok, opts, plan=plan, model=model)
 
 
 def render_lengths(result, fmt) -> None:
@@ -218,5 +134,7 @@ def traffic_for_plan(requests: str, model: str, plan_result, tokenizer: str | No
 
 
 def register(app: typer.Typer) -> None:
-    app.command("lengths")(lengths_cmd)
+    from ..workload.run import LENGTHS_FLAGS
+
+    app.command("lengths")(opt.flag_options(LENGTHS_FLAGS, "values", lengths_cmd))
     app.command("trim")(trim_cmd)

@@ -17,8 +17,8 @@ from .. import serve_flags as sf
 from .._json import dumps_report
 from ..errors import UsageError
 from ..report import registry as reports
-from . import plan_flags as pf
-from .plan_flags import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
+from . import options as opt
+from .options import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
 from ._exit import fail as _fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -69,10 +69,10 @@ PlanFormat = reports.format_enum("plan")
 
 
 @app.command("plan")
-@pf.serve_options
+@opt.serve_options
 def plan_cmd(
     ctx: typer.Context,
-    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; opt.serve_options puts them here)
     from_log: Optional[Path] = typer.Option(None, "--from-log", help=sf.FROM_LOG_HELP),
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f"),
     compact: bool = typer.Option(False, "--compact", help="Table view: the headline numbers only."),

@@ -16,7 +16,7 @@ import typer
 
 from ..errors import UsageError
 from ..report import registry as reports
-from . import plan_flags as pf
+from . import options as opt
 from ._exit import fail as _fail
 
 
@@ -24,7 +24,7 @@ def preflight_cmd(
     ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", help="preflight.yaml or .toml: the same keys as these "
                                           "flags (max_model_len or max-model-len); flags given here override it."),
-    # --- the plan (as `kvplan plan`): the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    # --- the plan (as `kvplan plan`): the serve flags (kvplan/serve_flags.py; opt.serve_options puts them here)
     plan: Optional[dict] = None,
     # --- traffic and targets
     requests: Optional[str] = typer.Option(None, "--requests", help="The request log (any format `kvplan lengths` reads)."),
@@ -72,7 +72,7 @@ def preflight_cmd(
 ) -> None:
     """Pre-launch checklist: lengths, plan, profile, load test at target QPS x 1.5, baseline, history, alerts."""
     flags = {k: v for k, v in locals().items() if k not in ("config", "ctx", "plan")}
-    given = set(pf.given_flags(ctx))
+    given = set(opt.given_flags(ctx))
     for flag_name, key in (("fmt", "format"), ("vllm_arg", "vllm_args")):  # the config file's spelling
         flags[key] = flags.pop(flag_name) or None
         if flag_name in given:
@@ -181,4 +181,4 @@ def _plan_request(v: dict):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("preflight")(pf.serve_options(preflight_cmd, unset=True))
+    app.command("preflight")(opt.serve_options(preflight_cmd, unset=True))

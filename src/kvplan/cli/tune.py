@@ -15,8 +15,7 @@ import typer
 
 from ..errors import UsageError
 from ..report import registry as reports
-from . import plan_flags as pf
-from . import traffic_flags as tf
+from . import options as opt
 
 T = TypeVar("T")
 
@@ -46,7 +45,7 @@ def parse_list(text: Optional[str], flag: str, item: Callable[[str], T], *, allo
 
 
 def _positive_int(text: str) -> int:
-    v = pf.human_int(text, "value")
+    v = opt.human_int(text, "value")
     if v < 1:
         raise UsageError(f"{text!r} must be at least 1")
     return v
@@ -125,27 +124,22 @@ _SPACE = ("gpu", "tensor_parallel_size", "kv_cache_dtype", "gpu_memory_utilizati
           "max_num_batched_tokens")
 
 
+#: the traffic flags tune does not take (a scenario and a pasted server: tune searches the server)
+_NOT_TRAFFIC = ("warm_prompts", "warm_prompt_len", "from_serve_cmd")
+
+
 def register(app: typer.Typer) -> None:
-    app.command("tune")(pf.serve_options(tf.bench_flags(tune_cmd), overrides=_OVERRIDES))
+    command = opt.traffic_options(tune_cmd, exclude=_NOT_TRAFFIC, overrides={
+        "rate": (float, "Requests per second offered to the whole deployment.")})
+    app.command("tune")(opt.serve_options(command, overrides=_OVERRIDES))
 
 
 def tune_cmd(
-    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; pf.serve_options puts them here)
+    plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; opt.serve_options puts them here)
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs) [default: TP × PP × DP of the base]."),
-    # traffic (as `kvplan simulate`): vllm bench serve's flags, offered to the whole deployment
-    # (cli/traffic_flags.py: tf.bench_flags puts them here) ...
-    bench: Optional[dict] = None,
-    from_bench_cmd: tf.FromBenchCmd = None,
-    # ... and kvplan's
-    rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second offered to the whole deployment."),
-    requests: Optional[str] = typer.Option(None, "--requests", help="A request log to replay (its timestamps, or --rate)."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --requests: count tokens with this tokenizer."),
-    num_requests: Optional[int] = typer.Option(None, "--num-requests"),
-    duration: Optional[str] = typer.Option(None, "--duration", help="e.g. 60s, 5m"),
-    input_len: Optional[str] = typer.Option(None, "--input-len", help="N, uniform:LO:HI, normal:MEAN:STD."),
-    output_len: Optional[str] = typer.Option(None, "--output-len", help="Same syntax (the tokens each request generates)."),
-    arrival: Optional[str] = typer.Option(None, "--arrival", help="constant, poisson or gamma:K [poisson]."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="[0]"),
+    # traffic (as `kvplan simulate`), offered to the whole deployment (kvplan/traffic/flags.py;
+    # opt.traffic_options puts them here)
+    traffic: Optional[dict] = None,
     profile: Optional[str] = typer.Option(None, "--profile", help="A step-time profile from `kvplan calibrate`."),
     coverage: Optional[float] = typer.Option(None, "--coverage", help="max_model_len must hold this percentile of prompt + "
                                              "output (default: all requests; 99.9 with --requests)."),
@@ -167,6 +161,8 @@ def tune_cmd(
     """Search vLLM's flags, GPU type and TP × DP split for the best configuration under SLOs (simulated)."""
     given = dict(plan or {})
     model, gpu, gpu_memory, vllm_version = (given.get(k) for k in ("model", "gpu", "gpu_memory", "vllm_version"))
+    traffic = dict(traffic or {})
+    rate, requests = traffic.get("rate"), traffic.get("requests")
     try:
         if fmt not in reports.formats("tune"):
             raise UsageError(f"--format must be {reports.choices_text('tune')}, got {fmt!r}")
@@ -174,6 +170,7 @@ def tune_cmd(
             raise UsageError(f"--top must be at least 1, got {top}")
         from ..serve_flags import request_from_values
         from ..slo import parse_slo
+        from ..traffic.flags import traffic_maker
 
         slos = parse_slo(slo)
         # --gpu-memory describes one custom GPU (named by --gpu): no catalog list then.
@@ -185,28 +182,25 @@ def tune_cmd(
                             kv_cache_dtype=given.get("kv_cache_dtype"), gpus=gpus, tp=given.get("tensor_parallel_size"),
                             gpu=None if gpu_memory else gpu,
                             coverage=coverage if coverage is not None else (99.9 if requests else None))
-        flags = dict(locals())
-        flags.update(flags.pop("bench"))
-        flags.pop("plan")
-        if not model and from_bench_cmd:
+        if not model and traffic.get("from_bench_cmd"):
             from ..traffic.bench_cmd import parse_bench_cmd
 
-            model = parse_bench_cmd(from_bench_cmd).model
+            model = parse_bench_cmd(traffic["from_bench_cmd"]).model
         # The base is the first value of each list: the measured KV memory and a --profile describe it.
         base = request_from_values({
             **{k: v for k, v in given.items() if k not in _SPACE}, "model": model,
             "gpu": gpu_names[0] if gpu_names else gpu,
             "tensor_parallel_size": space.tensor_parallel[0] if space.tensor_parallel else 1,
             "kv_cache_dtype": space.kv_cache_dtype[0], "gpu_memory_utilization": space.gpu_memory_utilization[0]})
-        make_trace, _ = tf.traffic_maker(flags=flags, model_spec=base.model, vllm_version=vllm_version)
+        make_trace, _ = traffic_maker(flags=traffic, model_spec=base.model, vllm_version=vllm_version)
         trace = make_trace(rate)
         # No length chosen: tune derives it, extending the trace until the rows that could win are judged.
         extend = None
-        if (num_requests is None and duration is None and not requests and not flags.get("num_prompts")
-                and not flags.get("from_bench_cmd")):
+        if (traffic.get("num_requests") is None and traffic.get("duration") is None and not requests
+                and not traffic.get("num_prompts") and not traffic.get("from_bench_cmd")):
             def extend(n: int):
-                longer, _ = tf.traffic_maker(flags=dict(flags, num_requests=n), model_spec=base.model,
-                                             vllm_version=vllm_version)
+                longer, _ = traffic_maker(flags=dict(traffic, num_requests=n), model_spec=base.model,
+                                          vllm_version=vllm_version)
                 return longer(rate)
         prof = None
         if profile:

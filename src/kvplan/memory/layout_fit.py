@@ -14,10 +14,13 @@ planned from the estimate, and the answer says so.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..models import params as mparams
 from .result import LayoutFit
+
+if TYPE_CHECKING:  # the plan's result, read by the text below
+    from .result import PlanResult
 
 #: errors that no number of GPUs changes (a length above the model's limit, a block size)
 NOT_A_GPU_COUNT_PROBLEM = {
@@ -119,3 +122,19 @@ def _starts_any(starts: Callable, tps: list[int], pp: int, widest: int) -> bool:
     if starts(widest, pp) is not None:
         return True
     return len(tps) > 1 and starts(tps[-2], pp) is not None and widest * pp != 0
+
+
+def layout_fit_text(r: "PlanResult") -> Optional[str]:
+    """On a FAILS verdict: the smallest TP × PP (and GPU count) that starts at the asked length."""
+    f = r.startup.fits_with
+    if r.startup.ok or f is None:
+        return None
+    if not f.found:
+        return f"More GPUs: {f.reason}."
+    node = r.parallel.gpus_per_node
+    layout = f"TP {f.tensor_parallel_size} × PP {f.pipeline_parallel_size}"
+    dp = f" per replica, {f.total_gpus} in all" if r.parallel.data_parallel_size > 1 else ""
+    basis = " (KV memory estimated for that layout)" if f.kv_memory_source == "estimate" and r.memory.source != "estimate" else ""
+    return (f"Smallest layout that starts at max_model_len {f.max_model_len:,}: {layout} = {f.gpus_per_replica} "
+            f"{r.flags.gpu} GPU{'s' if f.gpus_per_replica != 1 else ''}{dp} ({f.nodes} node{'s' if f.nodes != 1 else ''} "
+            f"of {node}){basis}. Rule: {f.rule}.")

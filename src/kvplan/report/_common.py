@@ -1,6 +1,7 @@
 """Small formatting helpers shared by the plan renderers."""
 from __future__ import annotations
 
+from ..memory.layout_fit import layout_fit_text  # noqa: F401 - the renderers' import
 from ..memory.result import PlanResult
 
 GIB = 1 << 30
@@ -64,22 +65,6 @@ def borderline_text(r: PlanResult) -> str | None:
     return (f"Borderline: the estimated KV memory is {abs(s.kv_margin_gib):.2f} GiB {side} what one "
             f"{r.flags.max_model_len:,}-token request needs, inside the estimate's error of ±{s.estimate_error_gib:.2f} "
             f"GiB, so vLLM may {'start' if s.kv_margin_gib < 0 else 'refuse'} after all. To settle it, {s.settle_with}.")
-
-
-def layout_fit_text(r: PlanResult) -> str | None:
-    """On a FAILS verdict: the smallest TP × PP (and GPU count) that starts at the asked length."""
-    f = r.startup.fits_with
-    if r.startup.ok or f is None:
-        return None
-    if not f.found:
-        return f"More GPUs: {f.reason}."
-    node = r.parallel.gpus_per_node
-    layout = f"TP {f.tensor_parallel_size} × PP {f.pipeline_parallel_size}"
-    dp = f" per replica, {f.total_gpus} in all" if r.parallel.data_parallel_size > 1 else ""
-    basis = " (KV memory estimated for that layout)" if f.kv_memory_source == "estimate" and r.memory.source != "estimate" else ""
-    return (f"Smallest layout that starts at max_model_len {f.max_model_len:,}: {layout} = {f.gpus_per_replica} "
-            f"{r.flags.gpu} GPU{'s' if f.gpus_per_replica != 1 else ''}{dp} ({f.nodes} node{'s' if f.nodes != 1 else ''} "
-            f"of {node}){basis}. Rule: {f.rule}.")
 
 
 def run_block(r: PlanResult) -> tuple[str, str, str] | None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import UsageError
-from ..serve_flags import read_number as _num
-from ..serve_flags import split_argv as _parse_flags
+from ..flags import read_number as _num
+from ..flags import split_argv as _parse_flags
 
 # (name, kind): kind "value" takes one argument, "flag" none, "multi" one or more (nargs="+"/"*")
 _BENCH_MAPPED = {

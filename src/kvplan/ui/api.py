@@ -1,10 +1,11 @@
 """What ``kvplan ui``'s JSON API answers: the CLI's own JSON for the CLI's own flags.
 
 The page sends the argv it would run (``["--model", "llama3-8b", "-tp", "2"]``) and gets back
-exactly what ``kvplan plan|simulate|lengths ... --format json`` prints: the flags are read by the
-command's own parser (names, defaults, checks), then the same library functions the commands call
-build the result (:func:`kvplan.serve_flags.plan_from_args`, ``simulate_from_flags``,
-``lengths_from_flags``). Nothing here decides a number.
+exactly what ``kvplan plan|simulate|lengths ... --format json`` prints: the flags are read with
+the tables the commands' options come from (names, types, defaults), then the same library
+functions the commands call build the result (:func:`kvplan.serve_flags.plan_from_args`,
+:func:`kvplan.sim.run.run_simulate`, :func:`kvplan.workload.run.lengths_from_values`). Nothing
+here decides a number, and nothing here imports the CLI.
 
 What the page may not do is reach outside the page: flags that name a file on this machine
 (``--from-log``, ``--profile``, ``--html``, ``--output``, ``--tokenizer``, ...) are refused, a
@@ -30,29 +31,42 @@ MAX_UPLOAD_BYTES = 20 << 20
 #: any other version is accepted too, as on the command line
 VERSIONS_READ = ("0.33", "0.32.0", "0.27.0", "0.21.0", "0.15.1", "0.11.0", "0.10.2", "0.8.5")
 
-#: serve flags the page may not send: --speculative-config's "model" names a config the server would
-#: load (a path or a hub id)
-_SERVE_NOT_FROM_THE_PAGE = {"speculative_config"}
-#: every other serve flag of the table (kvplan/serve_flags.py), in every spelling
-_PLAN_VALUE_FLAGS = {n for f in SERVE_FLAGS if f.type is not bool and f.field not in _SERVE_NOT_FROM_THE_PAGE
-                     for n in f.names}
-_PLAN_BOOL_FLAGS = {n for f in SERVE_FLAGS if f.type is bool for n in f.all_names()}
-_SIM_VALUE_FLAGS = {"--rate", "--requests", "--num-requests", "--duration", "--input-len", "--output-len",
-                    "--arrival", "--seed", "--slo", "--timeline-interval",
-                    "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--dataset-name",
-                    "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
-                    "--sharegpt-output-len", "--num-warmups", "--warm-prompts", "--warm-prompt-len"}
-_SIM_BOOL_FLAGS = {"--ignore-eos"}
-_LENGTHS_VALUE_FLAGS = {"--model", "-m", "--gpu", "--tensor-parallel-size", "-tp", "--max-tokens", "--percentile",
-                        "-p", "--block-size", "--input-format", "--container", "--session-field",
-                        "--timestamp-field", "--duration-field"}
-_LENGTHS_BOOL_FLAGS = {"--estimate", "--no-estimate"}
+#: flags of the commands' tables the page may not send: each names a file or a command line on this
+#: machine (the page uploads files and has the fields instead; --speculative-config's "model" names a
+#: config the server would load)
+NOT_FROM_THE_PAGE = {"from_log", "tokenizer", "from_bench_cmd", "from_serve_cmd", "profile", "chat_template",
+                     "speculative_config", "saturation_search", "capacity", "per_request", "strict",
+                     "max_record_bytes", "max_issues"}
 
-ALLOWED = {
-    "plan": (_PLAN_VALUE_FLAGS, _PLAN_BOOL_FLAGS),
-    "simulate": (_PLAN_VALUE_FLAGS | _SIM_VALUE_FLAGS, _PLAN_BOOL_FLAGS | _SIM_BOOL_FLAGS),
-    "lengths": (_LENGTHS_VALUE_FLAGS, _LENGTHS_BOOL_FLAGS),
-}
+
+def _allowed(*tables) -> tuple[frozenset, frozenset]:
+    """(flags that take a value, flags that take none) of the tables, but those the page may not send."""
+    rows = [f for table in tables for f in table if f.field not in NOT_FROM_THE_PAGE]
+    return (frozenset(n for f in rows if f.type is not bool for n in f.names),
+            frozenset(n for f in rows if f.type is bool for n in f.all_names()))
+
+
+@lru_cache(maxsize=1)
+def _tables() -> dict:
+    """command -> the flag tables its argv is read with (the commands' own: kvplan/serve_flags.py,
+    kvplan/traffic/flags.py, kvplan/sim/run.py, kvplan/workload/run.py)."""
+    from ..sim.run import SIMULATE_FLAGS
+    from ..traffic.flags import TRAFFIC_FLAGS
+    from ..workload.run import LENGTHS_FLAGS
+
+    return {"plan": (SERVE_FLAGS,), "simulate": (SERVE_FLAGS, TRAFFIC_FLAGS, SIMULATE_FLAGS),
+            "lengths": (LENGTHS_FLAGS,)}
+
+
+class _Allowed(dict):
+    """command -> (value flags, bool flags) the page may send, derived from the tables on first use."""
+
+    def __missing__(self, command: str) -> tuple[frozenset, frozenset]:
+        self[command] = _allowed(*_tables()[command])
+        return self[command]
+
+
+ALLOWED = _Allowed()
 
 _UPLOAD_ID = re.compile(r"^upload:([0-9a-f]{16})$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -144,23 +158,13 @@ def _model_arg(value: str, uploads: Uploads) -> str:
     return value
 
 
-def _params(command: str, argv: list[str]) -> dict:
-    """The command's parameters for ``argv``, read by the command's own parser (its defaults and checks)."""
-    import typer
+def _values(command: str, argv: list[str]) -> tuple[dict, list[str]]:
+    """The command's flag values for ``argv`` (by field, only those given), read by the tables the
+    command's own options come from, and its positional arguments."""
+    from ..flags import parse_argv
 
-    from ..cli.plan_flags import cli_command
-
-    cmd = cli_command(command)
-    try:
-        ctx = cmd.make_context(command, list(argv))
-    except typer.Exit:
-        raise UsageError(f"{command}: no flags") from None
-    except Exception as exc:  # typer's (vendored) click: no such option, a bad value
-        fmt = getattr(exc, "format_message", None)
-        if fmt is None:
-            raise
-        raise UsageError(f"{command} flags: {fmt()}") from None
-    return dict(ctx.params)
+    table = tuple(f for t in _tables()[command] for f in t)
+    return parse_argv(argv, table, what=f"{command} flags", positionals=command == "lengths")
 
 
 def plan_json(argv: list[str]) -> dict:
@@ -172,24 +176,26 @@ def plan_json(argv: list[str]) -> dict:
 
 def simulate_json(argv: list[str]) -> dict:
     """``kvplan simulate ARGV --format json``."""
-    from ..cli.simulate import simulate_from_flags
+    from ..sim.run import SIMULATE_FLAGS, SimulateOptions, run_simulate
+    from ..traffic.flags import TRAFFIC_FLAGS
 
-    params = _params("simulate", argv)
-    params["fmt"] = "json"
-    return simulate_from_flags(params)
+    values, _ = _values("simulate", argv)
+    pick = lambda table: {f.field: values[f.field] for f in table if f.field in values}  # noqa: E731
+    traffic = {f.field: values.get(f.field) for f in TRAFFIC_FLAGS}
+    return run_simulate(SimulateOptions.from_values(pick(SERVE_FLAGS), traffic, pick(SIMULATE_FLAGS)))
 
 
 def lengths_json(argv: list[str]) -> dict:
     """``kvplan lengths ARGV --format json``; without a tokenizer of the model on this machine the
     prompts are estimated from characters (``--estimate``), as the page then says."""
-    from ..cli.lengths import lengths_from_flags
+    from ..workload.run import lengths_from_values
 
-    params = _params("lengths", argv)
-    result = lengths_from_flags(params, quiet=True)
+    values, files = _values("lengths", argv)
+    result = lengths_from_values(values, files)
     if result.records.used == 0:
         skipped = dict(result.records.skipped)
         raise UsageError(f"no usable record in the log (skipped: {skipped or 'none'})"
-                         + ("" if params["estimate"] else "; without the model's tokenizer here, try --estimate"))
+                         + ("" if values.get("estimate") else "; without the model's tokenizer here, try --estimate"))
     return result.to_dict()
 
 

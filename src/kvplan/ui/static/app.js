@@ -184,7 +184,7 @@ function renderPlan(p) {
   $("verdict-error").textContent = st.error || "";
   const fix = clear($("verdict-fix"));
   const fw = st.fits_with;
-  if (!st.ok && fw && fw.found) {  // kvplan plan's "smallest layout that starts" (report/_common.layout_fit_text)
+  if (!st.ok && fw && fw.found) {  // kvplan plan's "smallest layout that starts" (memory/layout_fit.layout_fit_text)
     const flags = { tensor_parallel_size: fw.tensor_parallel_size, pipeline_parallel_size: fw.pipeline_parallel_size };
     fix.append("Fix: ", el("button", { type: "button", class: "apply", onclick: () => applyFlags(flags) },
       `--tensor-parallel-size ${fw.tensor_parallel_size}` + (fw.pipeline_parallel_size > 1 ? ` --pipeline-parallel-size ${fw.pipeline_parallel_size}` : "")),

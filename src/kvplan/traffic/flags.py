@@ -1,9 +1,10 @@
-"""The traffic flags of ``kvplan simulate`` and ``kvplan tune``: ``vllm bench serve``'s own
-(``--request-rate``, ``--burstiness``, ``--max-concurrency``, ``--num-prompts``, ``--dataset-name``,
-``--random-*``, ``--sharegpt-output-len``, ``--ignore-eos``, ``--num-warmups``, ``--seed``), the
-pasted commands (``--from-bench-cmd``, ``--from-serve-cmd``), and the rules that turn them, with
-kvplan's older traffic flags (``--rate``, ``--num-requests``, ``--input-len``, ``--output-len``),
-into ``make_trace(rate)``.
+"""The traffic flags of ``kvplan simulate`` and ``kvplan tune``, declared once (:data:`TRAFFIC_FLAGS`):
+``vllm bench serve``'s own (``--request-rate``, ``--burstiness``, ``--max-concurrency``,
+``--num-prompts``, ``--dataset-name``, ``--random-*``, ``--sharegpt-output-len``, ``--ignore-eos``,
+``--num-warmups``), the pasted commands (``--from-bench-cmd``, ``--from-serve-cmd``), kvplan's
+older traffic flags (``--rate``, ``--requests``, ``--num-requests``, ``--input-len``, ``--output-len``,
+``--arrival``, ``--seed``, ...), and the rules that turn them into ``make_trace(rate)``
+(:func:`traffic_maker`).
 
 Which traffic: any of vLLM bench's flags (or ``--request-rate inf`` / ``--rate inf``) selects
 vLLM bench's traffic, sampled as ``--vllm-version``'s bench samples it; then ``--rate`` is
@@ -11,87 +12,73 @@ vLLM bench's traffic, sampled as ``--vllm-version``'s bench samples it; then ``-
 ``--output-len N`` is ``--random-input-len`` / ``--random-output-len``. Otherwise the older flags
 keep their meaning (kvplan bench's schedule). ``--max-concurrency`` closes the loop for both.
 A flag given on kvplan's command line wins over the same flag in ``--from-bench-cmd``.
+
+Only the standard library at module level (the CLI declares its options from this table).
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-from typing import Annotated, Any, Callable, Optional
-
-import typer
+from typing import Any, Optional
 
 from ..errors import UsageError
+from ..flags import Flag
 
-RequestRate = Annotated[Optional[str], typer.Option(
-    "--request-rate", help="vllm bench: requests/s, or inf (every request at t=0; bench's default).")]
-Burstiness = Annotated[Optional[float], typer.Option(
-    "--burstiness", help="vllm bench: gamma shape of the gaps (1 = Poisson, <1 burstier, inf = constant).")]
-MaxConcurrency = Annotated[Optional[int], typer.Option(
-    "--max-concurrency", help="vllm bench: at most N requests in flight (closed loop; the rate still paces sends).")]
-NumPrompts = Annotated[Optional[int], typer.Option("--num-prompts", help="vllm bench: requests in the run (1000).")]
-DatasetName = Annotated[Optional[str], typer.Option(
-    "--dataset-name", help="vllm bench: random (default) or sharegpt (kvplan's length model of it).")]
-RandomInputLen = Annotated[Optional[int], typer.Option("--random-input-len", help="vllm bench: 1024.")]
-RandomOutputLen = Annotated[Optional[int], typer.Option("--random-output-len", help="vllm bench: 128.")]
-RandomRangeRatio = Annotated[Optional[float], typer.Option(
-    "--random-range-ratio", help="vllm bench: lengths uniform in [L(1-r), L(1+r)] (0).")]
-RandomPrefixLen = Annotated[Optional[int], typer.Option(
-    "--random-prefix-len", help="vllm bench: tokens every prompt shares in front (0).")]
-SharegptOutputLen = Annotated[Optional[int], typer.Option(
-    "--sharegpt-output-len", help="vllm bench: every ShareGPT request's max_tokens.")]
-IgnoreEos = Annotated[Optional[bool], typer.Option(
-    "--ignore-eos", help="vllm bench: outputs run to max_tokens (random-token prompts do so anyway).")]
-NumWarmups = Annotated[Optional[int], typer.Option("--num-warmups", help="vllm bench: warm-up requests (0).")]
-WarmPrompts = Annotated[Optional[int], typer.Option(
-    "--warm-prompts", help="Scenario: the server already served the first N prompts of this --seed's random "
-    "dataset (an earlier run); they sit in its prefix cache at t=0, as far as the KV pool holds them.")]
-WarmPromptLen = Annotated[Optional[int], typer.Option(
-    "--warm-prompt-len", help="Scenario: the earlier run's --random-input-len (default: this run's); the "
-    "first min(both) tokens of each warm prompt are cached.")]
-FromBenchCmd = Annotated[Optional[str], typer.Option(
-    "--from-bench-cmd", help='Paste the run: "vllm bench serve ..." or "python benchmarks/benchmark_serving.py ...".')]
-FromServeCmd = Annotated[Optional[str], typer.Option(
-    "--from-serve-cmd", help='Paste the server: "vllm serve MODEL ..." (its plan flags).')]
+#: vllm bench serve's flags, in their ``--help`` order
+BENCH_FLAGS: tuple[Flag, ...] = (
+    Flag("request_rate", ("--request-rate",), str, None,
+         "vllm bench: requests/s, or inf (every request at t=0; bench's default)."),
+    Flag("burstiness", ("--burstiness",), float, None,
+         "vllm bench: gamma shape of the gaps (1 = Poisson, <1 burstier, inf = constant)."),
+    Flag("max_concurrency", ("--max-concurrency",), int, None,
+         "vllm bench: at most N requests in flight (closed loop; the rate still paces sends)."),
+    Flag("num_prompts", ("--num-prompts",), int, None, "vllm bench: requests in the run (1000)."),
+    Flag("dataset_name", ("--dataset-name",), str, None,
+         "vllm bench: random (default) or sharegpt (kvplan's length model of it)."),
+    Flag("random_input_len", ("--random-input-len",), int, None, "vllm bench: 1024."),
+    Flag("random_output_len", ("--random-output-len",), int, None, "vllm bench: 128."),
+    Flag("random_range_ratio", ("--random-range-ratio",), float, None,
+         "vllm bench: lengths uniform in [L(1-r), L(1+r)] (0)."),
+    Flag("random_prefix_len", ("--random-prefix-len",), int, None, "vllm bench: tokens every prompt shares in front (0)."),
+    Flag("sharegpt_output_len", ("--sharegpt-output-len",), int, None, "vllm bench: every ShareGPT request's max_tokens."),
+    Flag("ignore_eos", ("--ignore-eos",), bool, None,
+         "vllm bench: outputs run to max_tokens (random-token prompts do so anyway)."),
+    Flag("num_warmups", ("--num-warmups",), int, None, "vllm bench: warm-up requests (0)."),
+)
 
-#: vllm bench serve's flags that ``kvplan simulate`` and ``kvplan tune`` both take, in their
-#: ``--help`` order: declared once here, attached to each command by :func:`bench_flags`
-BENCH_OPTIONS = (("request_rate", RequestRate), ("burstiness", Burstiness), ("max_concurrency", MaxConcurrency),
-                 ("num_prompts", NumPrompts), ("dataset_name", DatasetName), ("random_input_len", RandomInputLen),
-                 ("random_output_len", RandomOutputLen), ("random_range_ratio", RandomRangeRatio),
-                 ("random_prefix_len", RandomPrefixLen), ("sharegpt_output_len", SharegptOutputLen),
-                 ("ignore_eos", IgnoreEos), ("num_warmups", NumWarmups))
+#: a scenario on top of vLLM bench's traffic (``kvplan simulate`` only)
+WARM_FLAGS: tuple[Flag, ...] = (
+    Flag("warm_prompts", ("--warm-prompts",), int, None,
+         "Scenario: the server already served the first N prompts of this --seed's random dataset (an earlier "
+         "run); they sit in its prefix cache at t=0, as far as the KV pool holds them."),
+    Flag("warm_prompt_len", ("--warm-prompt-len",), int, None,
+         "Scenario: the earlier run's --random-input-len (default: this run's); the first min(both) tokens of "
+         "each warm prompt are cached."),
+)
 
+#: the pasted commands
+FROM_BENCH_CMD = Flag("from_bench_cmd", ("--from-bench-cmd",), str, None,
+                      'Paste the run: "vllm bench serve ..." or "python benchmarks/benchmark_serving.py ...".')
+FROM_SERVE_CMD = Flag("from_serve_cmd", ("--from-serve-cmd",), str, None,
+                      'Paste the server: "vllm serve MODEL ..." (its plan flags).')
 
-def bench_flags(command: Callable) -> Callable:
-    """Give a typer command vllm bench serve's traffic flags (:data:`BENCH_OPTIONS`, each
-    ``None`` unless given) in place of its keyword parameter ``bench``: the command's signature
-    lists them there (so ``--help`` and click's parser see them as the command's own options) and
-    the command receives them as one dict, ``bench`` (name -> value; merge it into the flags dict
-    that :func:`traffic_maker` reads)."""
-    sig = inspect.signature(command, eval_str=True)
-    params = list(sig.parameters.values())
-    at = next(i for i, q in enumerate(params) if q.name == "bench")
-    added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=kind)
-             for name, kind in BENCH_OPTIONS]
-    names = tuple(name for name, _ in BENCH_OPTIONS)
+#: kvplan's own traffic flags (aliases of vllm bench's when those are used)
+KVPLAN_FLAGS: tuple[Flag, ...] = (
+    Flag("rate", ("--rate",), float, None, "Requests per second (with --requests: replay at this rate)."),
+    Flag("requests", ("--requests",), str, None, "A request log to replay (its timestamps unless --rate)."),
+    Flag("tokenizer", ("--tokenizer",), str, None, "With --requests: count prompts with this tokenizer."),
+    Flag("num_requests", ("--num-requests",), int, None, "How many requests (default 1000 with --rate)."),
+    Flag("duration", ("--duration",), str, None, "Arrivals for this long, e.g. 60s, 5m."),
+    Flag("input_len", ("--input-len",), str, None, "N, uniform:LO,HI, normal:MEAN,STD (colon forms too) [1024]."),
+    Flag("output_len", ("--output-len",), str, None, "Tokens generated per request, same syntax [256]."),
+    Flag("arrival", ("--arrival",), str, None, "constant, poisson or gamma:K [poisson]."),
+    Flag("seed", ("--seed",), int, None, "[0]"),
+)
 
-    @functools.wraps(command)
-    def with_bench(**kwargs):
-        bench = {name: kwargs.pop(name, None) for name in names}
-        return command(bench=bench, **kwargs)
-
-    new = params[:at] + added + params[at + 1:]
-    with_bench.__signature__ = sig.replace(parameters=new)
-    with_bench.__annotations__ = {q.name: q.annotation for q in new if q.annotation is not inspect.Parameter.empty}
-    del with_bench.__wrapped__  # typer reads the signature above, not the command's own
-    return with_bench
-
+#: every traffic flag, in ``kvplan simulate --help``'s order
+TRAFFIC_FLAGS: tuple[Flag, ...] = (*BENCH_FLAGS, *WARM_FLAGS, FROM_BENCH_CMD, FROM_SERVE_CMD, *KVPLAN_FLAGS)
 
 #: the bench flags' BenchTraffic field names
-BENCH_KEYS = ("request_rate", "burstiness", "max_concurrency", "num_prompts", "dataset_name", "random_input_len",
-              "random_output_len", "random_range_ratio", "random_prefix_len", "sharegpt_output_len", "ignore_eos",
-              "num_warmups", "warm_prompts", "warm_prompt_len")
+BENCH_KEYS = tuple(f.field for f in (*BENCH_FLAGS, *WARM_FLAGS))
 
 
 def parse_rate(text: Optional[str], flag: str = "--request-rate") -> Optional[float]:
@@ -112,7 +99,7 @@ def apply_serve_cmd(text: Optional[str], values: dict[str, Any]) -> tuple[str, .
     field, in place) from the pasted ``vllm serve`` line. Returns the notes."""
     if not text:
         return ()
-    from ..traffic.bench_cmd import parse_serve_cmd
+    from .bench_cmd import parse_serve_cmd
 
     ps = parse_serve_cmd(text)
     for key, value in ps.plan.items():
@@ -125,7 +112,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
     """The ``make_trace(rate)`` of the traffic flags (``flags``: the command's locals). Also returns
     the model named by ``--from-bench-cmd`` (used when ``--model`` is not given)."""
     from ..memory.semantics import parse_version
-    from ..traffic.trace import trace_maker
+    from .trace import trace_maker
 
     given = {k: flags.get(k) for k in BENCH_KEYS}
     given["request_rate"] = parse_rate(flags.get("request_rate"))
@@ -134,7 +121,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
     bench_model = None
     tokenizer = flags.get("tokenizer")
     if flags.get("from_bench_cmd"):
-        from ..traffic.bench_cmd import parse_bench_cmd
+        from .bench_cmd import parse_bench_cmd
 
         pb = parse_bench_cmd(flags["from_bench_cmd"])
         for key, value in pb.traffic.items():
@@ -176,7 +163,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
         raise UsageError("--duration is not a vllm bench serve flag: the run is --num-prompts requests")
     if (flags.get("arrival") or "poisson") != "poisson":
         raise UsageError("--arrival is kvplan bench's; with vllm bench serve's traffic use --burstiness")
-    from ..traffic.bench_traffic import BenchTraffic, special_tokens_for, tokenizer_facts
+    from .bench_traffic import BenchTraffic, special_tokens_for, tokenizer_facts
 
     kw = {k: v for k, v in given.items() if v is not None}
     kw["seed"] = int(seed or 0)

@@ -1,0 +1,109 @@
+"""``kvplan simulate`` as a library call: :class:`SimulateOptions` (typed, from any front end's
+values) -> :func:`run_simulate` -> the result the command prints and the page shows. The serve
+flags become the plan request (:mod:`kvplan.serve_flags`), the traffic flags the trace
+(:mod:`kvplan.traffic.flags`); then plan, simulate, and on request the saturation search and the
+capacity ladder. The CLI (``kvplan simulate``) and the page (``POST /api/simulate``) both call
+this: the page shows the CLI's numbers.
+
+:data:`SIMULATE_FLAGS` are the command's own flags beside the serve and traffic ones; every front
+end reads them from here (the CLI's options, the page's argv).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from ..errors import PlanDoesNotStart, UsageError
+from ..flags import Flag
+
+#: ``kvplan simulate``'s own flags (the output's format and files are the CLI's)
+SIMULATE_FLAGS: tuple[Flag, ...] = (
+    Flag("profile", ("--profile",), str, None,
+         "Step-time profile from `kvplan calibrate` (default: roofline prior)."),
+    Flag("slo", ("--slo",), str, None, "Gates, e.g. ttft_p99=2s,tpot_p99=100ms."),
+    Flag("saturation_search", ("--find-saturation",), bool, False,
+         "Also bisect the rate for the max sustainable QPS (at --slo)."),
+    Flag("capacity", ("--capacity",), bool, False,
+         "Max sustainable QPS at the SLO for each max_model_len of the plan's ladder."),
+    Flag("interval", ("--timeline-interval",), str, "1s", "Timeline resolution."),
+    Flag("per_request", ("--per-request",), bool, False, "Add every request's times to the JSON."),
+)
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """What ``kvplan simulate`` is asked: the serve flags given (by field), every traffic flag (by
+    field, None unless given), and the run's own options, read and checked."""
+
+    serve: Mapping[str, Any] = field(default_factory=dict)
+    traffic: Mapping[str, Any] = field(default_factory=dict)
+    slo: tuple = ()
+    timeline_interval_s: float = 1.0
+    profile: Optional[str] = None
+    saturation_search: bool = False
+    capacity: bool = False
+    per_request: bool = False
+
+    @classmethod
+    def from_values(cls, serve: Mapping[str, Any], traffic: Mapping[str, Any], own: Mapping[str, Any],
+                    *, saturation_curve: bool = False) -> "SimulateOptions":
+        """The options of the flags' values (``own``: :data:`SIMULATE_FLAGS`' fields, missing ones at
+        their defaults); ``saturation_curve``: search the saturation whatever ``--find-saturation``
+        says (the HTML report draws its probes). A malformed value is a UsageError naming its flag."""
+        from ..slo import parse_seconds, parse_slo
+
+        v = {f.field: own.get(f.field, f.default) for f in SIMULATE_FLAGS}
+        slos = parse_slo(v["slo"])
+        step = parse_seconds(v["interval"], "--timeline-interval")
+        if not step > 0:
+            raise UsageError("--timeline-interval must be positive")
+        return cls(serve=dict(serve), traffic=dict(traffic), slo=slos, timeline_interval_s=step,
+                   profile=str(v["profile"]) if v["profile"] is not None else None,
+                   saturation_search=bool(v["saturation_search"]) or saturation_curve,
+                   capacity=bool(v["capacity"]), per_request=bool(v["per_request"]))
+
+
+def run_simulate(opts: SimulateOptions) -> dict:
+    """``kvplan simulate``'s result JSON: the simulated run (``SimResult.to_dict()``), with
+    ``saturation_search`` and ``capacity_boundary`` when asked. Raises :class:`PlanDoesNotStart`
+    (vLLM's own error, and the smallest layout that starts) when the plan fails."""
+    from .. import serve_flags as sf
+    from ..memory import plan
+    from ..memory.layout_fit import layout_fit_text
+    from ..traffic.flags import apply_serve_cmd, traffic_maker
+    from . import StepTimeProfile, simulate
+
+    traffic = dict(opts.traffic)
+    values = dict(opts.serve)
+    notes = apply_serve_cmd(traffic.get("from_serve_cmd"), values)
+    if not values.get("model") and traffic.get("from_bench_cmd"):
+        from ..traffic.bench_cmd import parse_bench_cmd
+
+        values["model"] = parse_bench_cmd(traffic["from_bench_cmd"]).model
+    req = sf.request_from_values(values)
+    make_trace, _ = traffic_maker(flags=traffic, model_spec=req.model, vllm_version=values.get("vllm_version"),
+                                  notes=notes)
+    plan_result = plan(req, what_ifs=False)
+    if not plan_result.startup.ok:
+        # the same verdict as `kvplan plan` (FAILS), with the same way out
+        fit = layout_fit_text(plan(req, what_ifs=False, fit_search=True))
+        raise PlanDoesNotStart(f"the plan does not start (kvplan plan: verdict FAILS): {plan_result.startup.error}"
+                               + (f" {fit}" if fit else ""))
+    prof = StepTimeProfile.load(opts.profile) if opts.profile else None
+
+    rate = traffic.get("rate")
+    trace = make_trace(rate)
+    # the scheduler's flags (prefix caching, long prefills, async scheduling) travel in the request
+    result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=opts.timeline_interval_s,
+                      slo=opts.slo, per_request=opts.per_request)
+    d = result.to_dict()
+    if opts.saturation_search and (rate is not None or traffic.get("requests") or trace.bench is not None):
+        from . import find_saturation
+
+        d["saturation_search"] = find_saturation(req, make_trace, slo=opts.slo, profile=prof,
+                                                 plan_result=plan_result)
+    if opts.capacity:
+        from . import capacity_boundary
+
+        d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=opts.slo, profile=prof)
+    return d
