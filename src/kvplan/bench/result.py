@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from ..runs.sections import LatencyStats, RequestCounts, Throughput, TokenCounts
 from ..slo import Check, count_good, goodput_limits, judge
 from . import stats
 from .client import Record
@@ -20,24 +21,35 @@ SAMPLE_CAP = 20_000  # per-request latency samples kept in the JSON for `bench c
 LATENCY_KEYS = ("ttft", "tpot", "itl", "e2e")
 
 
+@dataclass(frozen=True, eq=False)
+class BenchRequests(RequestCounts):
+    warmup_excluded: int  # warm-up requests sent before the measured ones
+
+
+@dataclass(frozen=True, eq=False)
+class BenchTokens(TokenCounts):
+    usage_missing: int  # completed requests whose server reported no usage
+    output_chunks_total: int
+
+
 @dataclass(frozen=True)
 class BenchResult:
     """One run. Every section is plain JSON-ready data; ``to_dict()`` is the file format."""
 
     meta: Mapping[str, Any]
     config: Mapping[str, Any]
-    requests: Mapping[str, Any]
+    requests: BenchRequests
     errors: Mapping[str, int]
     error_examples: Mapping[str, str]
     finish_reasons: Mapping[str, int]
-    tokens: Mapping[str, Any]
+    tokens: BenchTokens
     rate: Mapping[str, Any]
     schedule_lag_s: Mapping[str, Any]
     client_bound: bool
     client_bound_reasons: tuple[str, ...]
     client: Mapping[str, Any]
-    latency_s: Mapping[str, Mapping[str, Any]]
-    throughput: Mapping[str, Any]
+    latency_s: Mapping[str, LatencyStats]
+    throughput: Throughput
     goodput: Mapping[str, Any]
     timeline: tuple[Mapping[str, Any], ...]
     server: Mapping[str, Any]
@@ -179,10 +191,10 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
         reasons.append(f"client CPU {cpu_share:.0%} of a core >= {cfg.client_cpu_limit:.0%}")
 
     itl_all = [g for r in ok for g in r.itls()]
-    lat = {"ttft": stats.summarize([r.ttft for r in ok if r.ttft is not None]),
-           "tpot": stats.summarize([r.tpot for r in ok if r.tpot is not None]),
-           "itl": stats.summarize(itl_all),
-           "e2e": stats.summarize([r.e2e for r in ok if r.e2e is not None])}
+    lat = {"ttft": LatencyStats.of([r.ttft for r in ok if r.ttft is not None]),
+           "tpot": LatencyStats.of([r.tpot for r in ok if r.tpot is not None]),
+           "itl": LatencyStats.of(itl_all),
+           "e2e": LatencyStats.of([r.e2e for r in ok if r.e2e is not None])}
     in_tok = sum(r.prompt_tokens or 0 for r in ok)
     out_tok = sum(r.output_tokens or 0 for r in ok)
     total = len(measured)
@@ -215,12 +227,11 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
     checks += judge(cfg.slo, latency=lat, error_rate=error_rate, goodput_ratio=goodput["ratio"])
     return BenchResult(
         meta=meta, config=cfg.public(),
-        requests={"total": total, "ok": len(ok), "failed": len(failed), "error_rate": error_rate,
-                  "warmup_excluded": len(records) - total},
+        requests=BenchRequests(total=total, ok=len(ok), failed=len(failed), error_rate=error_rate,
+                               warmup_excluded=len(records) - total),
         errors=errors, error_examples=examples, finish_reasons=finish,
-        tokens={"input_total": in_tok, "output_total": out_tok,
-                "usage_missing": sum(1 for r in ok if r.usage_missing),
-                "output_chunks_total": sum(r.chunks for r in ok)},
+        tokens=BenchTokens(input_total=in_tok, output_total=out_tok, usage_missing=sum(1 for r in ok if r.usage_missing),
+                           output_chunks_total=sum(r.chunks for r in ok)),
         rate={"requested": requested, "scheduled": scheduled, "achieved": achieved, "achieved_ratio": ratio,
               "mode": cfg.mode},
         schedule_lag_s=lag, client_bound=bool(reasons), client_bound_reasons=tuple(reasons),
@@ -229,9 +240,9 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
                 "cpu_limit": cfg.client_cpu_limit, "loop_lag_s": loop, "host_contention": bool(contention),
                 "host_contention_reasons": contention},
         latency_s=lat,
-        throughput={"window_s": round(window, 6) if window else None,
-                    "requests_per_s": round(len(ok) / window, 6) if window else None,
-                    "output_tokens_per_s": round(out_tok / window, 6) if window else None,
-                    "input_tokens_per_s": round(in_tok / window, 6) if window else None},
+        throughput=Throughput(window_s=round(window, 6) if window else None,
+                              requests_per_s=Throughput.rate(len(ok), window),
+                              output_tokens_per_s=Throughput.rate(out_tok, window),
+                              input_tokens_per_s=Throughput.rate(in_tok, window)),
         goodput=goodput, timeline=timeline, server=server, gpu=gpu, samples=samples, partial=partial,
         stop_reason=stop_reason, checks=tuple(checks))

@@ -20,12 +20,9 @@ PCTS = (50, 90, 95, 99)
 
 def summarize(xs: Sequence[float]) -> dict:
     """{p50, p90, p95, p99, max, mean, count} (None values when there is no observation)."""
-    s = sorted(xs)
-    out = {f"p{p}": _r(percentile(s, p)) for p in PCTS}
-    out["max"] = _r(s[-1]) if s else None
-    out["mean"] = _r(math.fsum(s) / len(s)) if s else None
-    out["count"] = len(s)
-    return out
+    from ..runs.sections import LatencyStats
+
+    return LatencyStats.of(xs).to_dict()
 
 
 def _r(x: Optional[float]) -> Optional[float]:

@@ -42,17 +42,17 @@ def simulate_cmd(
         if fmt not in reports.formats("simulate"):
             raise UsageError(f"--format must be {reports.choices_text('simulate')}, got {fmt!r}")
         options = SimulateOptions.from_values(plan or {}, traffic or {}, own or {}, saturation_curve=html is not None)
-        d = run_simulate(options)
+        report = run_simulate(options)
     except UsageError as exc:
         _fail(exc)
     except KvplanError as exc:
         _fail(exc, code=1)
-    _emit(d, fmt, output, html)
-    none_done = next((c for c in d["verdict"]["checks"] if c["name"] == "completed_requests"), None)
+    _emit(report.to_dict(), fmt, output, html)
+    none_done = next((c for c in report.result.checks if c["name"] == "completed_requests"), None)
     if none_done is not None:
         typer.echo(f"kvplan simulate: {none_done['reason']}; check --max-model-len and the KV cache against "
                    "the prompt lengths", err=True)
-    raise typer.Exit(0 if d["verdict"]["passed"] else 1)
+    raise typer.Exit(0 if report.passed else 1)
 
 
 def _emit(d: dict, fmt: str, output: Optional[Path], html: Optional[Path]) -> None:

@@ -5,64 +5,62 @@ prediction and a measurement compare field by field (docs/sim.md has the schema)
 Latencies follow ``vllm bench serve`` / ``kvplan bench``: TTFT = first token - arrival, E2E = last
 token - arrival, TPOT = (E2E - TTFT) / (output tokens - 1), ITL = every gap between consecutive
 tokens of a request, queue = first scheduled - arrival. Percentiles interpolate linearly
-(:func:`kvplan.quantiles.percentile`). ITL samples are kept as (gap, count) pairs - one pair per
+(:func:`kvplan.quantiles.percentile`). The sections bench has too are its types
+(:mod:`kvplan.runs.sections`), with the engine's fields added. ITL samples are kept as (gap, count) pairs - one pair per
 step for the requests that decoded back to back - so a million-request run stays small.
 """
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from ..quantiles import percentile
+from ..runs.sections import LatencyStats, RequestCounts, Throughput, TokenCounts
 
 SCHEMA_VERSION = 1
-STATS = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 LATENCY_KEYS = ("ttft", "tpot", "itl", "e2e", "queue")
 
 
-def _r(x: Optional[float], nd: int = 6) -> Optional[float]:
-    return None if x is None else round(x, nd)
-
-
-def summarize(xs: Sequence[float]) -> dict:
+def summarize(xs: Sequence[float]) -> LatencyStats:
     """{p50, p90, p95, p99, p999, max, mean, count} of plain samples."""
-    s = sorted(xs)
-    out = {k: _r(percentile(s, p)) for k, p in STATS}
-    out["max"] = _r(s[-1]) if s else None
-    out["mean"] = _r(math.fsum(s) / len(s)) if s else None
-    out["count"] = len(s)
-    return out
+    return LatencyStats.of(xs, tail=True)
 
 
-def summarize_weighted(pairs: Sequence[tuple[float, int]]) -> dict:
-    """The same summary over (value, count) pairs, as if each value were repeated count times
-    (numpy's linear interpolation on the expanded, sorted array)."""
-    items = sorted(pairs)  # the engine only records counts >= 1
-    out: dict[str, Any] = {}
-    if not items:
-        out.update({k: None for k, _ in STATS})
-        out.update({"max": None, "mean": None, "count": 0})
-        return out
-    counts = [c for _, c in items]
-    cum = list(itertools.accumulate(counts))  # cum[j] = index after the last copy of items[j]
-    n = cum[-1]
+def summarize_weighted(pairs: Sequence[tuple[float, int]]) -> LatencyStats:
+    """The same summary over (value, count) pairs, as if each value were repeated count times."""
+    return LatencyStats.of_weighted(pairs)
 
-    def at(k: int) -> float:
-        return items[bisect.bisect_right(cum, k)][0]
 
-    for key, p in STATS:
-        pos = (n - 1) * p / 100.0
-        lo = int(math.floor(pos))
-        hi = min(lo + 1, n - 1)
-        a, b = at(lo), at(hi)
-        out[key] = _r(a + (b - a) * (pos - lo))
-    out["max"] = _r(items[-1][0])
-    out["mean"] = _r(math.fsum(v * c for v, c in items) / n)
-    out["count"] = n
-    return out
+@dataclass(frozen=True, eq=False)
+class SimRequests(RequestCounts):
+    """bench's request counts, and what only the engine knows: why the others did not complete."""
+
+    completed: int
+    rejected: int  # refused by the engine (too long for max_model_len or the KV cache)
+    unfinished: int  # still running when the trace ended
+    preempted_requests: int
+    goodput: Optional[int]  # requests within every per-request SLO limit (None without a latency SLO)
+    goodput_ratio: Optional[float]
+
+    KEYS = ("total", "ok", "completed", "failed", "rejected", "unfinished", "error_rate", "preempted_requests",
+            "goodput", "goodput_ratio")
+
+
+@dataclass(frozen=True, eq=False)
+class SimTokens(TokenCounts):
+    """bench's token counts (``prompt`` and ``output`` name them again, as vLLM bench does), and
+    the engine's: prompt tokens computed, found in the prefix cache, and recomputed after preemption."""
+
+    prompt: int
+    output: int
+    prompt_computed: int
+    prefix_cache_hit_tokens: int
+    recomputed: int
+
+
+@dataclass(frozen=True, eq=False)
+class SimThroughput(Throughput):
+    total_tokens_per_s: Optional[float]
+    goodput_requests_per_s: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -71,10 +69,10 @@ class SimResult:
 
     meta: Mapping[str, Any]
     config: Mapping[str, Any]
-    requests: Mapping[str, Any]
-    tokens: Mapping[str, Any]
-    latency_s: Mapping[str, Mapping[str, Any]]
-    throughput: Mapping[str, Any]
+    requests: SimRequests
+    tokens: SimTokens
+    latency_s: Mapping[str, LatencyStats]
+    throughput: SimThroughput
     preemptions: int
     rejected: int
     rejected_reasons: Mapping[str, int]

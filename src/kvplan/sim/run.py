@@ -11,10 +11,13 @@ end reads them from here (the CLI's options, the page's argv).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ..errors import PlanDoesNotStart, UsageError
 from ..flags import Flag
+
+if TYPE_CHECKING:  # the run this report holds
+    from .result import SimResult
 
 #: ``kvplan simulate``'s own flags (the output's format and files are the CLI's)
 SIMULATE_FLAGS: tuple[Flag, ...] = (
@@ -63,10 +66,32 @@ class SimulateOptions:
                    capacity=bool(v["capacity"]), per_request=bool(v["per_request"]))
 
 
-def run_simulate(opts: SimulateOptions) -> dict:
-    """``kvplan simulate``'s result JSON: the simulated run (``SimResult.to_dict()``), with
-    ``saturation_search`` and ``capacity_boundary`` when asked. Raises :class:`PlanDoesNotStart`
-    (vLLM's own error, and the smallest layout that starts) when the plan fails."""
+@dataclass(frozen=True)
+class SimulateReport:
+    """``kvplan simulate``'s one result: the simulated run, and the saturation search and capacity
+    ladder when asked. :meth:`to_dict` is the command's JSON, which every renderer reads."""
+
+    result: "SimResult"
+    saturation_search: Optional[dict] = None
+    capacity_boundary: Optional[list] = None
+
+    @property
+    def passed(self) -> bool:
+        return self.result.passed
+
+    def to_dict(self) -> dict:
+        d = self.result.to_dict()
+        if self.saturation_search is not None:
+            d["saturation_search"] = self.saturation_search
+        if self.capacity_boundary is not None:
+            d["capacity_boundary"] = self.capacity_boundary
+        return d
+
+
+def run_simulate(opts: SimulateOptions) -> SimulateReport:
+    """``kvplan simulate``: the simulated run, with the saturation search and the capacity ladder
+    when asked. Raises :class:`PlanDoesNotStart` (vLLM's own error, and the smallest layout that
+    starts) when the plan fails."""
     from .. import serve_flags as sf
     from ..memory import plan
     from ..memory.layout_fit import layout_fit_text
@@ -96,14 +121,13 @@ def run_simulate(opts: SimulateOptions) -> dict:
     # the scheduler's flags (prefix caching, long prefills, async scheduling) travel in the request
     result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=opts.timeline_interval_s,
                       slo=opts.slo, per_request=opts.per_request)
-    d = result.to_dict()
+    saturation = ladder = None
     if opts.saturation_search and (rate is not None or traffic.get("requests") or trace.bench is not None):
         from . import find_saturation
 
-        d["saturation_search"] = find_saturation(req, make_trace, slo=opts.slo, profile=prof,
-                                                 plan_result=plan_result)
+        saturation = find_saturation(req, make_trace, slo=opts.slo, profile=prof, plan_result=plan_result)
     if opts.capacity:
         from . import capacity_boundary
 
-        d["capacity_boundary"] = capacity_boundary(req, make_trace, slo=opts.slo, profile=prof)
-    return d
+        ladder = capacity_boundary(req, make_trace, slo=opts.slo, profile=prof)
+    return SimulateReport(result, saturation, ladder)

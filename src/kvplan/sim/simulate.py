@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from ..errors import PlanDoesNotStart, UsageError
 from ..slo import count_good, goodput_limits, judge
 from .engine import DONE, Engine
-from .result import SimResult, summarize, summarize_weighted
+from ..runs.sections import LatencyStats, Throughput
+from .result import SimRequests, SimResult, SimThroughput, SimTokens
 from .steptime import StepTimeProfile, default_profile
 from ..traffic.trace import Trace
 
@@ -189,9 +190,10 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     e2e = [r.t_end - r.arrival + ovh for r in done]
     tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
     queue = [r.t_sched - r.arrival for r in done if r.t_sched is not None]
-    latency = {"ttft": summarize(ttft), "tpot": summarize(tpot),
-               "itl": summarize_weighted(list(engine.itl_w) + [(x, 1) for x in engine.itl_x]),
-               "e2e": summarize(e2e), "queue": summarize(queue)}
+    stats = LatencyStats.of
+    latency = {"ttft": stats(ttft, tail=True), "tpot": stats(tpot, tail=True),
+               "itl": LatencyStats.of_weighted(list(engine.itl_w) + [(x, 1) for x in engine.itl_x]),
+               "e2e": stats(e2e, tail=True), "queue": stats(queue, tail=True)}
     in_tok = sum(r.num_prompt_tokens for r in done)
     out_tok = sum(r.num_output_tokens for r in done)
     first = min((r.arrival for r in reqs), default=0.0)
@@ -202,24 +204,22 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     good = count_good(limits, ((r.t_first - r.arrival + ovh,
                                 (r.t_end - r.t_first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else None,
                                 r.t_end - r.arrival + ovh) for r in done)) if limits else None
-    requests = {"total": total, "ok": len(done), "completed": len(done), "failed": failed,
-                "rejected": engine.rejected, "unfinished": unfinished,
-                "error_rate": round(failed / total, 6) if total else None,
-                "preempted_requests": sum(1 for r in reqs if r.preempted),
-                "goodput": good, "goodput_ratio": round(good / total, 6) if good is not None and total else None}
-    tokens = {"input_total": in_tok, "output_total": out_tok, "prompt": in_tok, "output": out_tok,
-              "prompt_computed": engine.prompt_computed, "prefix_cache_hit_tokens": engine.cached_tokens,
-              "recomputed": engine.recomputed}
-    throughput = {"window_s": _r(window),
-                  "requests_per_s": _r(len(done) / window) if window else None,
-                  "output_tokens_per_s": _r(out_tok / window) if window else None,
-                  "input_tokens_per_s": _r(in_tok / window) if window else None,
-                  "total_tokens_per_s": _r((in_tok + out_tok) / window) if window else None,
-                  "goodput_requests_per_s": _r(good / window) if window and good is not None else None}
+    requests = SimRequests(total=total, ok=len(done), completed=len(done), failed=failed, rejected=engine.rejected,
+                           unfinished=unfinished, error_rate=round(failed / total, 6) if total else None,
+                           preempted_requests=sum(1 for r in reqs if r.preempted), goodput=good,
+                           goodput_ratio=round(good / total, 6) if good is not None and total else None)
+    tokens = SimTokens(input_total=in_tok, output_total=out_tok, prompt=in_tok, output=out_tok,
+                       prompt_computed=engine.prompt_computed, prefix_cache_hit_tokens=engine.cached_tokens,
+                       recomputed=engine.recomputed)
+    rate = Throughput.rate
+    throughput = SimThroughput(window_s=_r(window), requests_per_s=rate(len(done), window),
+                               output_tokens_per_s=rate(out_tok, window), input_tokens_per_s=rate(in_tok, window),
+                               total_tokens_per_s=rate(in_tok + out_tok, window),
+                               goodput_requests_per_s=rate(good, window) if good is not None else None)
     sat = saturation(engine, trace)
     checks = [{"name": c.name, "passed": c.passed, "value": c.value, "limit": c.limit}
-              for c in judge(slo, latency=latency, error_rate=requests["error_rate"],
-                             goodput_ratio=requests["goodput_ratio"])]
+              for c in judge(slo, latency=latency, error_rate=requests.error_rate,
+                             goodput_ratio=requests.goodput_ratio)]
     if reqs and not done:
         # Nothing completed: no latency to report, and a run that serves nobody never passes.
         why = ", ".join(f"{k} {v:,}" for k, v in sorted(engine.rejected_reasons.items())) or "none completed"

@@ -182,7 +182,7 @@ def simulate_json(argv: list[str]) -> dict:
     values, _ = _values("simulate", argv)
     pick = lambda table: {f.field: values[f.field] for f in table if f.field in values}  # noqa: E731
     traffic = {f.field: values.get(f.field) for f in TRAFFIC_FLAGS}
-    return run_simulate(SimulateOptions.from_values(pick(SERVE_FLAGS), traffic, pick(SIMULATE_FLAGS)))
+    return run_simulate(SimulateOptions.from_values(pick(SERVE_FLAGS), traffic, pick(SIMULATE_FLAGS))).to_dict()
 
 
 def lengths_json(argv: list[str]) -> dict:
