@@ -35,7 +35,8 @@ BUILDS_ON: dict[str, set[str]] = {
     "workload": {"memory"},  # request logs -> token lengths -> recommendations
     "traffic": {"workload", "serve_flags"},  # what sim and bench send: arrivals, lengths, vLLM bench's draws, traces
     "runs": set(),  # a run's files (and the sections sim and bench share), below both
-    "sim": {"traffic", "runs"},
+    "simulate_flags": set(),  # kvplan simulate's own flags (light: the CLI declares them at start-up)
+    "sim": {"traffic", "runs", "simulate_flags"},
     "bench": {"traffic", "runs"},
     "tune": {"sim"},  # a client of sim: simulates every configuration of a search space
     "report": {"sim", "bench", "tune"},  # renders their results

@@ -3,22 +3,21 @@ text is read as, its default and help), and tables of them are every front end's
 CLI's options (``kvplan.cli.options``), the page's argv and a pasted command line
 (:func:`parse_argv`, :func:`split_argv`). The tables live with their domain:
 :data:`kvplan.serve_flags.SERVE_FLAGS` (vLLM's serve flags), :data:`kvplan.traffic.flags.TRAFFIC_FLAGS`
-(vllm bench serve's and kvplan's traffic), :data:`kvplan.sim.run.SIMULATE_FLAGS`.
+(vllm bench serve's and kvplan's traffic), :data:`kvplan.simulate_flags.SIMULATE_FLAGS`.
 
 Only the standard library: the CLI imports the tables to declare its options, and ``kvplan plan``
 must start fast.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
+from typing import Any, Collection, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from .errors import UsageError
 
 
-@dataclass(frozen=True)
-class Flag:
-    """One option: how every front end spells, reads and defaults it."""
+class Flag(NamedTuple):
+    """One option: how every front end spells, reads and defaults it. Immutable and hashable (a
+    named tuple: cheaper to declare than a dataclass, and the CLI declares its tables at start-up)."""
 
     field: str  # the key in a values mapping (and the parameter of the CLI command)
     names: tuple[str, ...]  # ("--tensor-parallel-size", "-tp"): the long name first
@@ -27,6 +26,10 @@ class Flag:
     help: str
     negatable: bool = False  # a bool flag with a --no- form
     choices: tuple[str, ...] = ()  # the values a str flag takes (none: any)
+    # a serve flag's (kvplan.serve_flags.ServeFlag): how it meets a start-up log and vLLM's command line
+    from_log: bool = False  # a start-up log's "non-default args" fills it when the flag is not given
+    vllm: bool = False  # a `vllm serve` flag (False: kvplan's own description of the deployment)
+    sizes: bool = False  # a str read later as a number or size (32k, 30GiB): a config may give a number
 
     @property
     def flag(self) -> str:

@@ -30,7 +30,6 @@ table to declare its options; the library is imported inside the functions).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Optional
 
 from . import flags
@@ -41,15 +40,16 @@ if TYPE_CHECKING:  # the data the functions below build; imported when they run
     from .memory import PlanRequest, PlanResult
 
 
-@dataclass(frozen=True)
 class ServeFlag(Flag):
-    """One serve flag: a :class:`~kvplan.flags.Flag` whose field is the PlanRequest's, with the
-    rules that merge it with a start-up log."""
+    """One serve flag: a :class:`~kvplan.flags.Flag` whose field is the PlanRequest's, with the rules
+    that merge it with a start-up log (``from_log``) and vLLM's command line (``vllm``, ``sizes``).
+    Every on/off flag is --x/--no-x, as vLLM's BooleanOptionalAction."""
 
-    negatable: bool = True  # every on/off flag is --x/--no-x, as vLLM's BooleanOptionalAction
-    from_log: bool = False  # a start-up log's "non-default args" fills it when the flag is not given
-    vllm: bool = True  # a `vllm serve` flag (False: kvplan's own description of the deployment)
-    sizes: bool = False  # a str read later as a number or size (32k, 30GiB): a config may give a number
+    __slots__ = ()
+
+    def __new__(cls, field: str, names: tuple, type: type, default: Any, help: str, *, from_log: bool = False,
+                vllm: bool = True, sizes: bool = False, choices: tuple = ()) -> "ServeFlag":
+        return super().__new__(cls, field, names, type, default, help, True, choices, from_log, vllm, sizes)
 
 
 _MODEL_HELP = "HF id or alias from the catalog, config.json, or model folder."

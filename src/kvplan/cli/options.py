@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from enum import Enum
-from typing import Annotated, Any, Callable, Collection, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 import typer
 
@@ -28,19 +28,26 @@ def given_flags(ctx: typer.Context) -> frozenset:
                      if (source := ctx.get_parameter_source(name)) is not None and source.name != "DEFAULT")
 
 
-def option(flag: Flag, *, unset: bool = False, override: Optional[tuple] = None) -> Any:
-    """The ``Annotated`` typer declaration of one table row (``unset``: None unless given, as for
+def option(flag: Flag, *, unset: bool = False, override: Optional[tuple] = None) -> tuple[Any, Any]:
+    """(type, typer option with its default) of one table row (``unset``: None unless given, as for
     ``kvplan preflight``, whose config file fills what the command line leaves out; ``override``:
-    a command's own (type, help, extra names...) for the flag, None unless given)."""
+    a command's own (type, help, extra names...) for the flag, None unless given). Built once per
+    flag and shared by the commands: the declarations are most of the CLI's start-up."""
+    return _option(flag, unset and flag.default is not None, override)
+
+
+@functools.lru_cache(maxsize=None)
+def _option(flag: Flag, unset: bool, override: Optional[tuple]) -> tuple[Any, Any]:
     decls: tuple[str, ...] = flag.names
     if flag.negative:
         decls = (f"{flag.flag}/{flag.negative}", *flag.names[1:])
     if override is not None:
         kind, help_text, *extra = override
-        return Annotated[Optional[kind], typer.Option(*decls, *extra, help=help_text)]
+        return Optional[kind], typer.Option(None, *decls, *extra, help=help_text)
     kind = choice_enum(flag) if flag.choices else flag.type
-    kind = kind if flag.default is not None and not unset else Optional[kind]
-    return Annotated[kind, typer.Option(*decls, help=flag.help)]
+    if flag.default is None or unset:
+        return Optional[kind], typer.Option(None, *decls, help=flag.help)
+    return kind, typer.Option(kind(flag.default) if flag.choices else flag.default, *decls, help=flag.help)
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,11 +74,11 @@ def flag_options(table: Sequence[Flag], param: str, command: Callable, *, given_
     params = list(sig.parameters.values())
     at = next(i for i, q in enumerate(params) if q.name == param)
     ctx_name = next((q.name for q in params if q.annotation is typer.Context), None)
-    added = [inspect.Parameter(f.field, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                               default=None if unset or f.field in overrides else
-                               choice_enum(f)(f.default) if f.choices and f.default is not None else f.default,
-                               annotation=option(f, unset=unset, override=overrides.get(f.field)))
-             for f in rows]
+    added = []
+    for f in rows:
+        kind, declared = option(f, unset=unset, override=overrides.get(f.field))
+        added.append(inspect.Parameter(f.field, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=declared,
+                                       annotation=kind))
     new = params[:at] + added + params[at + 1:]
     needs_ctx = given_only and not unset
     if needs_ctx and ctx_name is None:

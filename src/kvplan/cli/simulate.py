@@ -21,7 +21,7 @@ from ._exit import fail as _fail
 
 
 def register(app: typer.Typer) -> None:
-    from ..sim.run import SIMULATE_FLAGS
+    from ..simulate_flags import SIMULATE_FLAGS
 
     command = opt.flag_options(SIMULATE_FLAGS, "own", simulate_cmd)
     app.command("simulate")(opt.serve_options(opt.traffic_options(command)))
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
 def simulate_cmd(
     plan: Optional[dict] = None,  # the serve flags (kvplan/serve_flags.py; opt.serve_options puts them here)
     traffic: Optional[dict] = None,  # the traffic flags (kvplan/traffic/flags.py; opt.traffic_options)
-    own: Optional[dict] = None,  # simulate's own flags (kvplan/sim/run.py: SIMULATE_FLAGS)
+    own: Optional[dict] = None,  # simulate's own flags (kvplan/simulate_flags.py: SIMULATE_FLAGS)
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
     html: Optional[Path] = typer.Option(None, "--html", help="Write an HTML report (timeline, latency CDF, throughput-latency curve)."),

@@ -6,33 +6,20 @@ Public API::
     from kvplan.sim import (SimRequest, Trace, synthetic_trace, trace_from_log,
                             StepTimeProfile, default_profile, simulate, SimResult,
                             find_saturation, capacity_boundary, PlanDoesNotStart)
-
-Attributes are imported on first use, so ``import kvplan.sim.run`` (the CLI reads its table of
-flags at start-up) costs nothing on the ``kvplan plan`` path: the engine loads when it runs.
 """
-from __future__ import annotations
+from .result import SimResult
+from .simulate import PlanDoesNotStart, capacity_boundary, find_saturation, simulate
+from .steptime import StepShape, StepTimeProfile, default_profile
+from ..traffic.trace import SimRequest, Trace, synthetic_trace
 
-from importlib import import_module
-from typing import Any
 
-_EXPORTS = {
-    "SimResult": ".result",
-    "simulate": ".simulate", "find_saturation": ".simulate", "capacity_boundary": ".simulate",
-    "StepShape": ".steptime", "StepTimeProfile": ".steptime", "default_profile": ".steptime",
-    "SimRequest": "..traffic.trace", "Trace": "..traffic.trace", "synthetic_trace": "..traffic.trace",
-    "trace_from_log": "..traffic.logtrace",
-    "PlanDoesNotStart": "..errors",
-}
+def trace_from_log(*args, **kwargs):
+    """:func:`kvplan.traffic.logtrace.trace_from_log` (imported on first use: it reads request logs)."""
+    from ..traffic.logtrace import trace_from_log as _impl
+
+    return _impl(*args, **kwargs)
+
 
 __all__ = ["SimRequest", "Trace", "synthetic_trace", "trace_from_log", "StepShape", "StepTimeProfile",
            "default_profile", "simulate", "SimResult", "find_saturation", "capacity_boundary",
            "PlanDoesNotStart"]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kvplan.sim' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value

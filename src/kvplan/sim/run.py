@@ -5,8 +5,8 @@ flags become the plan request (:mod:`kvplan.serve_flags`), the traffic flags the
 capacity ladder. The CLI (``kvplan simulate``) and the page (``POST /api/simulate``) both call
 this: the page shows the CLI's numbers.
 
-:data:`SIMULATE_FLAGS` are the command's own flags beside the serve and traffic ones; every front
-end reads them from here (the CLI's options, the page's argv).
+:data:`kvplan.simulate_flags.SIMULATE_FLAGS` are the command's own flags beside the serve and
+traffic ones (the CLI's options and the page's argv are read with them).
 """
 from __future__ import annotations
 
@@ -14,24 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ..errors import PlanDoesNotStart, UsageError
-from ..flags import Flag
+from ..simulate_flags import SIMULATE_FLAGS
 
 if TYPE_CHECKING:  # the run this report holds
     from .result import SimResult
-
-#: ``kvplan simulate``'s own flags (the output's format and files are the CLI's)
-SIMULATE_FLAGS: tuple[Flag, ...] = (
-    Flag("profile", ("--profile",), str, None,
-         "Step-time profile from `kvplan calibrate` (default: roofline prior)."),
-    Flag("slo", ("--slo",), str, None, "Gates, e.g. ttft_p99=2s,tpot_p99=100ms."),
-    Flag("saturation_search", ("--find-saturation",), bool, False,
-         "Also bisect the rate for the max sustainable QPS (at --slo)."),
-    Flag("capacity", ("--capacity",), bool, False,
-         "Max sustainable QPS at the SLO for each max_model_len of the plan's ladder."),
-    Flag("interval", ("--timeline-interval",), str, "1s", "Timeline resolution."),
-    Flag("per_request", ("--per-request",), bool, False, "Add every request's times to the JSON."),
-)
-
 
 @dataclass(frozen=True)
 class SimulateOptions:

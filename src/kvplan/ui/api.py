@@ -49,8 +49,8 @@ def _allowed(*tables) -> tuple[frozenset, frozenset]:
 @lru_cache(maxsize=1)
 def _tables() -> dict:
     """command -> the flag tables its argv is read with (the commands' own: kvplan/serve_flags.py,
-    kvplan/traffic/flags.py, kvplan/sim/run.py, kvplan/workload/run.py)."""
-    from ..sim.run import SIMULATE_FLAGS
+    kvplan/traffic/flags.py, kvplan/simulate_flags.py, kvplan/workload/run.py)."""
+    from ..simulate_flags import SIMULATE_FLAGS
     from ..traffic.flags import TRAFFIC_FLAGS
     from ..workload.run import LENGTHS_FLAGS
 
@@ -176,7 +176,8 @@ def plan_json(argv: list[str]) -> dict:
 
 def simulate_json(argv: list[str]) -> dict:
     """``kvplan simulate ARGV --format json``."""
-    from ..sim.run import SIMULATE_FLAGS, SimulateOptions, run_simulate
+    from ..sim.run import SimulateOptions, run_simulate
+    from ..simulate_flags import SIMULATE_FLAGS
     from ..traffic.flags import TRAFFIC_FLAGS
 
     values, _ = _values("simulate", argv)
