@@ -22,8 +22,13 @@ Adding a vLLM serve flag (``--foo-bar``), in three places and nothing else:
    the simulator in ``sim/``, ...), and its tests. If vLLM's own rule for the default depends on
    the version, the rule goes to ``memory/semantics.py``, as the others do.
 
-If the flag was listed in ``traffic/bench_cmd.py``'s ``_SERVE_IGNORED`` or ``_SERVE_UNSUPPORTED``
-(a pasted ``vllm serve`` line named it before kvplan modelled it), take it out there.
+A value passes to the request as given (or as a log's, with ``from_log``); a flag that needs a
+rule of its own (a unit, a JSON text, a file) gets it in :func:`request_from_values` (and its field
+in ``_RULED``). The simulator reads its flags from the request too (``simulate()``'s keyword
+arguments default to the request's values). If the flag was listed in ``traffic/bench_cmd.py``'s
+``_SERVE_IGNORED`` or ``_SERVE_UNSUPPORTED`` (a pasted ``vllm serve`` line named it before kvplan
+modelled it), take it out there; if its value names a file or a model on the server, add it to the
+page's ``NOT_FROM_THE_PAGE`` (``ui/api.py``).
 
 Only the standard library at module level: ``kvplan plan`` must start fast (the CLI imports this
 table to declare its options; the library is imported inside the functions).
