@@ -6,7 +6,7 @@ usual BPE vocabularies, so ``N`` words ≈ ``N`` prompt tokens; the exact count 
 from the server's ``usage``. Random words also keep requests from sharing a cached prefix.
 
 ``read_log_requests`` is the single integration point with the request-log readers of
-``kvplan.workload`` (issue #4); nothing else in ``kvplan.bench`` touches that package.
+``kvplan.workload``; nothing else in ``kvplan.bench`` touches that package.
 """
 from __future__ import annotations
 

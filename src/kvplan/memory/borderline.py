@@ -1,4 +1,4 @@
-"""When a verdict is within the estimate's own error (issue 14 #11).
+"""When a verdict is within the estimate's own error.
 
 Without a measurement kvplan estimates vLLM's "Available KV cache memory". The band was set on the
 9 public start-up logs ``benchmarks/plan_accuracy.py`` had then (known GPU and flags): a median

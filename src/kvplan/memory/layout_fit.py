@@ -1,6 +1,6 @@
 """The smallest tensor × pipeline parallel layout that starts a model at the asked context.
 
-Every FAILS verdict says how many GPUs it would take (issue 14 #3). The rule, stated in the
+Every FAILS verdict says how many GPUs it would take. The rule, stated in the
 output: TP first, then PP, as vLLM's distributed-serving guide advises (TP inside a node, PP
 across nodes). TP is a divisor of the attention heads that vLLM accepts
 (``verify_with_parallel_config``: heads % TP == 0; the KV heads must split evenly or be

@@ -1,8 +1,8 @@
 """Alerting thresholds shared by ``kvplan alerts`` (and, later, ``kvplan watch``).
 
 One frozen contract so the Prometheus rules and the live view trip at the same numbers. The
-defaults are the ones issue #7 asks for (GPU memory > 90 %, E2E P99 > 2 s, waiting > 10, any
-preemption) plus KV-cache usage and TTFT P99, which a vLLM operator watches first.
+defaults are GPU memory > 90 %, E2E P99 > 2 s, waiting > 10 and any preemption, plus KV-cache
+usage and TTFT P99, which a vLLM operator watches first.
 """
 from __future__ import annotations
 
