@@ -284,6 +284,13 @@ def _serve_flags(req: PlanRequest, gpu_memory_utilization: float, max_model_len:
     flags["enforce_eager"] = req.enforce_eager
     if req.enable_chunked_prefill is not None:
         flags["enable_chunked_prefill" if req.enable_chunked_prefill else "no_enable_chunked_prefill"] = True
+    # the scheduler's flags, as given: the line starts the server that was simulated
+    if req.enable_prefix_caching is not None:
+        flags["enable_prefix_caching" if req.enable_prefix_caching else "no_enable_prefix_caching"] = True
+    if req.long_prefill_token_threshold:
+        flags["long_prefill_token_threshold"] = req.long_prefill_token_threshold
+    if req.async_scheduling is not None:
+        flags["async_scheduling" if req.async_scheduling else "no_async_scheduling"] = True
     if req.enable_lora:
         flags["enable_lora"] = True
         flags["max_loras"] = req.max_loras
