@@ -90,7 +90,7 @@ def measure(name: str) -> float:
     time of its worker pool, once)."""
     spec = MEASURES[name]
     if spec is None:
-        from kvplan.sim.tune import TuneSpace, tune
+        from kvplan.tune import TuneSpace, tune
         from kvplan.slo import parse_slo
 
         req, _ = _setup(gpu="H100")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.cli.plan_flags import plan_request_from_flags
+from kvplan.serve_flags import request_from_values
 from kvplan.errors import UsageError
 from kvplan.hardware import find_gpu
 from kvplan.memory import PlanRequest, plan
@@ -18,27 +18,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def test_offline_takes_8192_batched_tokens_on_a_small_gpu_and_the_command_pins_it():
-    req = plan_request_from_flags(model="Qwen/Qwen2.5-7B-Instruct", gpu="L4", vllm_version="0.19.0",
-                                  entrypoint="offline")
+    req = request_from_values(dict(model="Qwen/Qwen2.5-7B-Instruct", gpu="L4", vllm_version="0.19.0",
+                                   entrypoint="offline"))
     assert req.entrypoint == "offline"
     r = plan(req, what_ifs=False)
     assert r.flags.max_num_batched_tokens == 8192 and r.flags.max_num_seqs == 256
     assert "--max-num-batched-tokens 8192" in r.serve_command
     assert any("offline LLM(...) entrypoint" in n and "`vllm serve`: 2,048" in n for n in r.notes)
-    served = plan(plan_request_from_flags(model="Qwen/Qwen2.5-7B-Instruct", gpu="L4", vllm_version="0.19.0"),
+    served = plan(request_from_values(dict(model="Qwen/Qwen2.5-7B-Instruct", gpu="L4", vllm_version="0.19.0")),
                   what_ifs=False)
     assert served.flags.max_num_batched_tokens == 2048 and "--max-num-batched-tokens" not in served.serve_command
 
 
 @pytest.mark.parametrize("name", ["offline", "llm", "LLM_CLASS", "serve", "api"])
 def test_vllm_s_own_names_are_accepted(name):
-    assert plan_request_from_flags(model="Qwen/Qwen2.5-7B-Instruct", gpu="H100", entrypoint=name).entrypoint in (
+    assert request_from_values(dict(model="Qwen/Qwen2.5-7B-Instruct", gpu="H100", entrypoint=name)).entrypoint in (
         "serve", "offline")
 
 
 def test_an_unknown_entrypoint_is_a_usage_error():
     with pytest.raises(UsageError, match="--entrypoint batch"):
-        plan_request_from_flags(model="Qwen/Qwen2.5-7B-Instruct", gpu="H100", entrypoint="batch")
+        request_from_values(dict(model="Qwen/Qwen2.5-7B-Instruct", gpu="H100", entrypoint="batch"))
 
 
 def test_the_offline_defaults_follow_the_version():

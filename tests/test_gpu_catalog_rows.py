@@ -48,8 +48,8 @@ def test_a_24gb_label_is_the_size_a_card_is_sold_as_not_decimal_bytes():
 
 
 def test_the_plan_prints_what_the_label_was_read_as():
-    from kvplan.cli.plan_flags import plan_request_from_flags
+    from kvplan.serve_flags import request_from_values
 
-    req = plan_request_from_flags(model="Qwen/Qwen2.5-7B-Instruct", gpu_memory="24GB")
+    req = request_from_values(dict(model="Qwen/Qwen2.5-7B-Instruct", gpu_memory="24GB"))
     assert req.gpu.memory_bytes == find_gpu("L4").memory_bytes
     assert any("--gpu-memory 24GB read as a card sold as 24 GB" in n for n in req.notes)
