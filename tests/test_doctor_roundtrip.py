@@ -107,11 +107,18 @@ def test_weights_oom_round_trip(device):
     assert [f.id for f in _findings(err.message)] == ["cuda_oom_runtime"]
 
 
+def test_uncharged_oom_round_trip():
+    err = admission.uncharged_oom(4 * GIB, 72 * GIB, GIB // 2, 80 * GIB, "0.6.5")
+    assert sig.OOM.search(err.message), err.message
+    # an out-of-memory error like any other to the doctor; its numbers are kvplan's own explanation
+    assert [f.id for f in _findings(err.message)] == ["cuda_oom_runtime"]
+
+
 def test_every_startup_error_kind_is_covered():
     """A new kind of start-up error in admission.py needs its round trip here."""
     made = set(re.findall(r'StartupError\("(\w+)"', inspect.getsource(admission)))
     assert made == {"no_kv_memory", "max_model_len_too_large", "max_model_len_above_derived", "tp_heads", "free_memory",
-                    "weights_oom"}
+                    "weights_oom", "oom_uncharged"}
 
 
 def test_every_error_template_reads_back_what_it_writes():
