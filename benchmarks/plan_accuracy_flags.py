@@ -17,10 +17,31 @@ from kvplan.memory import PlanRequest, plan
 
 VLLM_LAB = "https://github.com/yuanjuju/vllm-lab/blob"
 SLO_LAB = "https://github.com/kuotunyu/vllm-single-gpu-slo-lab/blob"
+EAGLE3_HW = "https://github.com/dcstang/eagle3-spec-dec/blob/097df086ddb44f061d86b48ecbac48ddc9407b54/logs/run_all_20260701_134859.log"
 _QWEN3_8B_LAB = dict(max_model_len=4096, gpu_memory_utilization=0.75, max_num_batched_tokens=4096, max_num_seqs=8,
                      enforce_eager=True)
 _NGRAM4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
 _SLO_LAB = dict(max_model_len=4096, gpu_memory_utilization=0.9, max_num_seqs=64)
+# dcstang/eagle3-spec-dec: vLLM 0.24.0 on one Hopper GPU ("FlashAttention version 3"; 55.44 GiB of KV
+# memory beside 15.27 GiB of weights at the default 0.9 is an 80 GB one), --performance-mode throughput
+# (printed: "max_num_batched_tokens=16384"), max model len 40,960 from the config; the EAGLE-3 head is the
+# repository's own (vllm-project/speculators, --draft-arch qwen3), whose config.json is not published:
+# kvplan sizes it as its derived head (0.74 GiB), the log loads 0.51 GiB beside the target
+_EAGLE3_HW = dict(max_num_batched_tokens=16384)
+
+
+def _qwen3_8b_fp8_dynamic() -> dict:
+    """Qwen3-8B-FP8-Dynamic as that repository's scripts/04_quantize_fp8.py writes it with llm-compressor's
+    FP8_DYNAMIC scheme: per-channel fp8 weights, dynamic per-token activations, the LM head left in bf16
+    (8.84 GiB logged, 8.80 planned)."""
+    from kvplan.models import load_model
+
+    return {**load_model("Qwen/Qwen3-8B").raw, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"],
+                                      "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                                      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                                            "dynamic": True}}}}}
 
 FLAG_RUNS = [
     {
@@ -58,6 +79,24 @@ FLAG_RUNS = [
         # the same matrix's q4b row: Qwen3-4B alone, same flags, same card, minutes earlier
         "control": {"source": "the same file, label q4b", "kv_tokens": 90480, "weights_gib": 7.56},
     },
+    {
+        "name": "eagle3-spec-dec:05b bench_spec_dec",
+        "source": EAGLE3_HW + " (step 05b)",
+        "model": "Qwen/Qwen3-8B", "vllm": "0.24.0", "family": "dense", "gpu": "H100",
+        "flags": {**_EAGLE3_HW, "speculative_config": {"method": "eagle3", "model": "output/checkpoints/4",
+                                                       "num_speculative_tokens": 2}},
+        "kv_gib": 54.23, "kv_tokens": 384176, "weights_gib": 15.78,
+        "control": {"source": "the same log, step 05a bench_baseline", "kv_gib": 55.44, "weights_gib": 15.27},
+    },
+    {
+        "name": "eagle3-spec-dec:05d bench_fp8_spec",
+        "source": EAGLE3_HW + " (step 05d)",
+        "model": _qwen3_8b_fp8_dynamic, "vllm": "0.24.0", "family": "quantized", "gpu": "H100",
+        "flags": {**_EAGLE3_HW, "speculative_config": {"method": "eagle3", "model": "output/checkpoints/4",
+                                                       "num_speculative_tokens": 1}},
+        "kv_gib": 60.66, "kv_tokens": 429744, "weights_gib": 9.35,
+        "control": {"source": "the same log, step 05c bench_fp8", "kv_gib": 61.87, "weights_gib": 8.84},
+    },
 ]
 
 
@@ -73,11 +112,13 @@ def _measured(figures: dict, r) -> float:
 
 def flag_rows() -> list[dict]:
     """plan_accuracy rows (set "flags") for FLAG_RUNS, with the control's difference where there is one."""
-    from kvplan.models import load_model
+    from kvplan.models import load_model, spec_from_config
 
     rows = []
     for run in FLAG_RUNS:
-        gpu, spec = _gpu(run), load_model(run["model"])
+        model = run["model"]
+        spec = spec_from_config(model(), "benchmark", name=model.__name__) if callable(model) else load_model(model)
+        gpu = _gpu(run)
         r = plan(PlanRequest(spec, gpu, vllm_version=run["vllm"], **run["flags"]), what_ifs=False)
         measured, est = _measured(run, r), r.memory.available_kv_cache_gib
         row = {"log": run["name"], "vllm": run["vllm"], "family": run["family"], "set": "flags",

@@ -267,3 +267,30 @@ def test_public_speculative_runs_kept_as_figures_are_scored_with_the_flags_own_e
     eagle3 = rows["slo-lab:w1 q4b_eagle3"]
     assert abs(eagle3["weights_gib"] - eagle3["log_weights_gib"]) < 0.02  # the derived EAGLE-3 head: 0.41 GiB
     assert eagle3["flag_effect_kvplan_gib"] < eagle3["flag_effect_logged_gib"] < 0
+
+
+def test_v2_model_runner_by_version_architecture_and_method():
+    """VllmConfig.use_v2_model_runner without the environment variable (read in 0.22.0-0.33.0)."""
+    from kvplan.memory.semantics import semantics
+
+    def v2(version, arch="Qwen3ForCausalLM", method=None, **kw):
+        flags = {"moe": False, "quantized": False, "hybrid": False, **kw}
+        return semantics(version).v2_model_runner((arch,), spec_method=method, **flags)
+
+    assert not v2("0.21") and v2("0.22") and not v2("0.22", quantized=True) and v2("0.24", quantized=True)
+    assert v2("0.24", "LlamaForCausalLM") and not v2("0.25", "LlamaForCausalLM") and not v2("0.28")
+    assert v2("0.28", "DeepseekV2ForCausalLM") and v2("0.29", "LlamaForCausalLM")
+    assert v2("0.24", method="eagle3") and not v2("0.24", method="ngram") and not v2("0.29", method="draft_model")
+    assert v2("0.33", method="ngram") and not v2("0.33", method="suffix")
+
+
+def test_the_v2_runner_profiles_no_rejection_sampler_and_until_0_28_no_cuda_graphs():
+    """0.24.0's V2 runner (Qwen3 is a default architecture there): profile_run samples with the plain
+    sampler, profile_cudagraph_memory returns 0; 0.28.0 runs Qwen3 on the V1 runner again."""
+    qwen3 = load_model("Qwen/Qwen3-8B")
+    eagle3 = {"method": "eagle3", "model": "head", "num_speculative_tokens": 2}
+    base, spec = (_plan("0.24", qwen3, speculative_config=s) for s in (None, eagle3))
+    assert base.memory.cudagraph_gib == spec.memory.cudagraph_gib == 0
+    assert spec.memory.activation_peak_gib == base.memory.activation_peak_gib
+    v1_base, v1_spec = (_plan("0.28", qwen3, speculative_config=s) for s in (None, eagle3))
+    assert v1_base.memory.cudagraph_gib > 0 and v1_spec.memory.activation_peak_gib > v1_base.memory.activation_peak_gib

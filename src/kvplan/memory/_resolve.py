@@ -77,6 +77,7 @@ class ResolvedConfig:
     lora: Optional[LoRAConfig] = None  # --enable-lora
     drafter: Optional[Drafter] = None  # --speculative-config
     offloaded: tuple[OffloadedWeights, ...] = ()  # --cpu-offload-gb, per pipeline stage
+    v2_model_runner: bool = False  # vLLM's V2 model runner (0.22+, VllmSemantics.v2_model_runner)
 
     @property
     def model(self) -> ModelSpec:
@@ -176,6 +177,13 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
 
     lora = _lora(req, sem, errors, notes)
     drafter, sem = _drafter(req, sem, dtype_bytes, quantization, errors, notes)
+    v2_runner = device == "cuda" and sem.v2_model_runner(
+        spec.architectures, moe=spec.is_moe, quantized=quantization is not None,
+        hybrid="linear" in spec.mixer_kinds(), spec_method=drafter.method if drafter else None)
+    if v2_runner and drafter is not None and drafter.layers:
+        notes.append(f"vLLM {sem.label} runs this model on its V2 model runner, whose memory profile samples with "
+                     "the plain sampler (no dummy rejection sampler)" + (
+                         "" if sem.v2_runner_estimates_cudagraphs else " and charges no CUDA-graph estimate") + ".")
     chunked_prefill = _chunked_prefill(req, sem, max_model_len, drafter is not None, notes)
 
     world_size = tensor_parallel_size * pipeline_parallel_size
@@ -232,7 +240,7 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
         in_flight_tokens=_in_flight_tokens(sem, concurrent_batches, max_num_batched_tokens),
         block_size=block_size, stages=tuple(stages), layout=layout, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         weights=tuple(weights), errors=tuple(errors), warnings=tuple(warnings), notes=tuple(notes),
-        chunked_prefill=chunked_prefill, lora=lora, drafter=drafter, offloaded=offloaded,
+        chunked_prefill=chunked_prefill, lora=lora, drafter=drafter, offloaded=offloaded, v2_model_runner=v2_runner,
     )
 
 

@@ -536,7 +536,8 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
                                      "(its processor's largest image is not read)",
                                      2 * max_num_batched_tokens * spec.hidden_size * dtype_bytes))
     graphs = 0
-    if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate:
+    if device == "cuda" and not config.request.enforce_eager and sem.subtracts_cudagraph_estimate and (
+            not config.v2_model_runner or sem.v2_runner_estimates_cudagraphs):
         graphs = cudagraph_estimate_bytes(spec, tensor_parallel_size, dtype_bytes, config.max_num_seqs,
                                           len(stage.layers) + extras.drafter_layers, extras.decode_query_len,
                                           extras.cudagraph_cases)

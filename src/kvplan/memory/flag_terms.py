@@ -64,7 +64,8 @@ def serve_flag_terms(config: ResolvedConfig, stage: StageWeights, max_num_batche
             draft_layers = len(drafter.layers)
             if drafter.layers:  # the target's hidden states stay referenced while the drafter runs the same tokens
                 drafter_forward = int(tokens * (drafter.forward_bytes_per_token + spec.hidden_size) * dtype_bytes)
-            if sem.engine == "V1" and sem.v1_profile_logits == "sampler":
+            if sem.engine == "V1" and sem.v1_profile_logits == "sampler" and (
+                    not config.v2_model_runner or sem.v2_runner_profiles_rejection_sampler):
                 rejection = rejection_sampler_bytes_per_logit(sem, sampler_bytes, rows, sort_bytes, dtype_bytes)
     uncharged = 0
     if sem.v0_profile_skips_late_allocations:

@@ -69,6 +69,18 @@ def nearest_supported_version(text: str | None) -> tuple[str | None, str | None]
     return str(text), None
 
 
+
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES by version (vllm/config/vllm.py): VllmSemantics.v2_model_runner
+_V2_RUNNER_0_22 = frozenset({"Qwen3ForCausalLM"})
+_V2_RUNNER_0_24 = frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                             "GraniteMoeForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"})
+_V2_RUNNER_0_25 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
+_V2_RUNNER_0_26 = _V2_RUNNER_0_25 | {"InklingForCausalLM", "InklingForConditionalGeneration",
+                                    "LongcatFlashNgramForCausalLM"}
+_V2_RUNNER_0_27 = _V2_RUNNER_0_26 | {"KimiK3ForConditionalGeneration"}
+_V2_RUNNER_0_28 = _V2_RUNNER_0_27 | {"DeepseekV4ForCausalLM"}
+
+
 @dataclass(frozen=True)
 class VllmSemantics:
     """The rules of one vLLM version that change a number kvplan prints."""
@@ -613,6 +625,47 @@ class VllmSemantics:
         """The dummy rejection sampler of the profile (spec_decode.rejection_sampler_bytes_per_logit):
         ``target_only`` up to 0.11, ``bonus_and_target`` from 0.12."""
         return "target_only" if self.version < (0, 12) else "bonus_and_target"
+
+    def v2_model_runner(self, architectures: tuple[str, ...], *, moe: bool, quantized: bool, hybrid: bool,
+                        spec_method: Optional[str]) -> bool:
+        """Whether the engine runs vLLM's V2 model runner ("Using V2 Model Runner"), as
+        ``VllmConfig.use_v2_model_runner`` decides without VLLM_USE_V2_MODEL_RUNNER: from 0.22 for the
+        architectures in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (read in 0.22.0, 0.24.0-0.28.0; 0.22 also
+        only dense unquantized models without recurrent layers; 0.23 is taken as 0.22, its wheel not read),
+        from 0.29 for every model (0.29.0, 0.33.0); a speculative method the runner lacks keeps the V1
+        runner (n-gram and draft models up to 0.32, suffix decoding in 0.33)."""
+        if self.engine != "V1" or self.version < (0, 22):
+            return False
+        if spec_method is not None:
+            supported = {"eagle", "eagle3", "mtp"}
+            if self.version >= (0, 24):
+                supported |= {"dflash", "dspark", "extract_hidden_states"}
+            if self.version >= (0, 33):
+                supported = None  # every method but suffix / custom_class
+            if (spec_method in ("suffix", "custom_class")) if supported is None else spec_method not in supported:
+                return False
+        if self.version >= (0, 29):
+            return True
+        lists = ((0, 28), _V2_RUNNER_0_28), ((0, 27), _V2_RUNNER_0_27), ((0, 26), _V2_RUNNER_0_26), \
+            ((0, 25), _V2_RUNNER_0_25), ((0, 24), _V2_RUNNER_0_24), ((0, 22), _V2_RUNNER_0_22)
+        archs = next(names for since, names in lists if self.version >= since)
+        if not any(a in archs for a in architectures):
+            return False
+        return self.version >= (0, 24) or not (moe or quantized or hybrid)
+
+    @property
+    def v2_runner_profiles_rejection_sampler(self) -> bool:
+        """The V2 model runner's profile_run samples the dummy batch with the plain sampler only
+        (``_dummy_sampler_run``, read in 0.22.0-0.29.0): no dummy rejection sampler, whatever the
+        speculative method; the drafter's dummy propose runs within the dummy forward."""
+        return False
+
+    @property
+    def v2_runner_estimates_cudagraphs(self) -> bool:
+        """The V2 model runner's ``profile_cudagraph_memory`` returns 0 up to 0.28 (read in 0.22.0-0.28.0):
+        its CUDA graphs are captured after the KV cache is sized, from the memory left outside
+        gpu_memory_utilization; 0.29 estimates them as the V1 runner does (``_profile_cudagraph_memory``)."""
+        return self.version >= (0, 29)
 
     @property
     def cpu_offload_uva(self) -> bool:
