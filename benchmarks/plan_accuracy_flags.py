@@ -89,6 +89,15 @@ FLAG_RUNS = [
         "control": {"source": "the same log, step 05a bench_baseline", "kv_gib": 55.44, "weights_gib": 15.27},
     },
     {
+        "name": "eagle3-spec-dec:05b util 0.88, fp8 KV",
+        "source": EAGLE3_HW.replace("run_all_20260701_134859", "run_all_20260701_141721") + " (step 05b)",
+        "model": "Qwen/Qwen3-8B", "vllm": "0.24.0", "family": "dense", "gpu": "H100",
+        "flags": {**_EAGLE3_HW, "gpu_memory_utilization": 0.88, "kv_cache_dtype": "fp8",
+                  "speculative_config": {"method": "eagle3", "model": "output/checkpoints/4",
+                                         "num_speculative_tokens": 2}},
+        "kv_gib": 51.03, "kv_tokens": 723040, "weights_gib": 15.81,
+    },
+    {
         "name": "eagle3-spec-dec:05d bench_fp8_spec",
         "source": EAGLE3_HW + " (step 05d)",
         "model": _qwen3_8b_fp8_dynamic, "vllm": "0.24.0", "family": "quantized", "gpu": "H100",
