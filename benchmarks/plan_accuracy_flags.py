@@ -18,6 +18,7 @@ from kvplan.memory import PlanRequest, plan
 VLLM_LAB = "https://github.com/yuanjuju/vllm-lab/blob"
 SLO_LAB = "https://github.com/kuotunyu/vllm-single-gpu-slo-lab/blob"
 EAGLE3_HW = "https://github.com/dcstang/eagle3-spec-dec/blob/097df086ddb44f061d86b48ecbac48ddc9407b54/logs/run_all_20260701_134859.log"
+EAGLE3_0627 = "https://github.com/dcstang/eagle3-spec-dec/blob/73a1c9eed83e5b77e80d0a4fdebbe357bea3acc0/logs/run_all_20260627_171212.log"
 _QWEN3_8B_LAB = dict(max_model_len=4096, gpu_memory_utilization=0.75, max_num_batched_tokens=4096, max_num_seqs=8,
                      enforce_eager=True)
 _NGRAM4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
@@ -96,6 +97,22 @@ FLAG_RUNS = [
                   "speculative_config": {"method": "eagle3", "model": "output/checkpoints/4",
                                          "num_speculative_tokens": 2}},
         "kv_gib": 51.03, "kv_tokens": 723040, "weights_gib": 15.81,
+    },
+    {
+        # the same repository's run of 27 June on vLLM 0.20.0 (the V1 model runner): defaults but the head
+        "name": "eagle3-spec-dec:0.20 bench_spec_dec",
+        "source": EAGLE3_0627 + " (step 05b)",
+        "model": "Qwen/Qwen3-8B", "vllm": "0.20.0", "family": "dense", "gpu": "H100",
+        "flags": {"speculative_config": {"method": "eagle3", "model": "output/checkpoints/4", "num_speculative_tokens": 2}},
+        "kv_gib": 51.73, "kv_tokens": 366480, "weights_gib": 15.78,
+    },
+    {
+        "name": "eagle3-spec-dec:0.20 bench_fp8_spec",
+        "source": EAGLE3_0627 + " (step 05d)",
+        "model": _qwen3_8b_fp8_dynamic, "vllm": "0.20.0", "family": "quantized", "gpu": "H100",
+        "flags": {"speculative_config": {"method": "eagle3", "model": "output/checkpoints/4", "num_speculative_tokens": 1}},
+        "kv_gib": 58.18, "kv_tokens": 412192, "weights_gib": 9.32,
+        "control": {"source": "the same log, step 05c bench_fp8", "kv_gib": 61.04, "weights_gib": 8.80},
     },
     {
         "name": "eagle3-spec-dec:05d bench_fp8_spec",
