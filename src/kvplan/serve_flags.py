@@ -147,6 +147,14 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
               "it off)."),
     ServeFlag("enable_expert_parallel", ("--enable-expert-parallel",), bool, None,
               "vLLM's --enable-expert-parallel: MoE experts split whole over the ranks.", from_log=True),
+    # the traffic the serve flags meet (sim/serve_flag_costs.py reads them; the plan does not)
+    ServeFlag("spec_acceptance", ("--spec-acceptance",), float, None,
+              "With --speculative-config, for simulate: vLLM's draft acceptance rate in [0, 1] "
+              "(vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total; `kvplan "
+              "watch` shows a server's): a step emits 1 + k x this tokens per request [0].", vllm=False),
+    ServeFlag("active_loras", ("--active-loras",), int, None,
+              "With --enable-lora, for simulate: adapters active in a step, whose kernels it times [--max-loras].",
+              vllm=False),
     # the deployment around vLLM (sim/balancer.py)
     ServeFlag("load_balancer", ("--load-balancer",), str, None,
               "With -dp: how requests reach the replicas: vllm (vLLM's own, per version), round_robin, random, "

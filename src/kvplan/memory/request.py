@@ -68,6 +68,10 @@ class PlanRequest:
     swap_space: Optional[float] = None  # GiB of CPU swap per GPU (V0; default 4)
     enable_chunked_prefill: Optional[bool] = None  # None: the version's default
     host_memory_bytes: Optional[int] = None  # the host's RAM, for the swap-space and offload checks
+    # what the simulator needs of these flags' traffic (sim/serve_flag_costs.py; the plan ignores them):
+    # vLLM's draft acceptance rate (accepted / drafted) and the LoRA adapters active in a step
+    spec_acceptance: Optional[float] = None
+    active_loras: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.speculative_config is not None and not isinstance(self.speculative_config, SpeculativeConfig):

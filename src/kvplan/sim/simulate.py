@@ -58,7 +58,8 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
              enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: Optional[int] = None,
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None,
-             load_balancer: Optional[str] = None, enable_expert_parallel: Optional[bool] = None) -> SimResult:
+             load_balancer: Optional[str] = None, enable_expert_parallel: Optional[bool] = None,
+             spec_acceptance: Optional[float] = None, active_loras: Optional[int] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
     :class:`KvplanError`) with vLLM's error text when the configuration would not start. The
     scheduler's flags not passed here are the request's (``--no-enable-prefix-caching``, ...).
@@ -78,6 +79,10 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         load_balancer = parse_balancer(request.load_balancer)
     if enable_expert_parallel is None:
         enable_expert_parallel = bool(request.enable_expert_parallel)
+    if spec_acceptance is None:
+        spec_acceptance = request.spec_acceptance
+    if active_loras is None:
+        active_loras = request.active_loras
     if plan_result is None:
         from ..memory import plan
 
@@ -95,6 +100,10 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     async_scheduling = engine_cfg.async_scheduling
     prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling,
                                       expert_parallel=engine_cfg.expert_parallel)
+    # LoRA's adapter kernels and speculative decoding's verify/draft steps (sim/serve_flag_costs.py)
+    from .serve_flag_costs import speculative_model, with_lora
+
+    prof = speculative_model(with_lora(prof, request, active_loras), request, plan_result, spec_acceptance)
     dp = max(1, plan_result.parallel.data_parallel_size)
     groups = _groups(plan_result)
 
