@@ -64,7 +64,10 @@ class SpeculativeStepModel:
         self._note = note
 
     def __getattr__(self, name: str) -> Any:  # request_overhead_s, api_*, source, needs, clock ...
-        return getattr(self.base, name)
+        base = self.__dict__.get("base")
+        if base is None or name.startswith("__"):  # unpickling, copy: not the base's
+            raise AttributeError(name)
+        return getattr(base, name)
 
     # -- the hot path ------------------------------------------------------------------------------
     def _split(self, tokens: int, num_seqs: int, attn_pairs: float, features: Optional[StepFeatures]):
