@@ -75,8 +75,8 @@ def test_simulated_eagle_tpot_moves_with_the_acceptance_as_the_published_speedup
     (3.4 tokens per step) the TPOT speed-up is in EAGLE's published 2.7-3.5x range at batch 1
     (Li et al., ICML 2024, arXiv:2401.15077), at 0.5 below vLLM's "up to 2.5x" (Red Hat, 2025-07-01)."""
     from kvplan.sim import simulate
-    from kvplan.sim.trace import synthetic_trace
-    from kvplan.workload.lengthdist import parse_length
+    from kvplan.traffic.trace import synthetic_trace
+    from kvplan.traffic.lengthdist import parse_length
 
     tpot = {}
     for rho in (None, 0.5, 0.8):
