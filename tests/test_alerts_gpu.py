@@ -55,7 +55,7 @@ def _alert(out, name, labels, summary):
 
 
 def test_healthy_vllm_at_092_stays_quiet_and_the_plain_threshold_fires(tmp_path, promtool):  # noqa: F811
-    out = alerts.write(tmp_path, Thresholds(), "0.20", ["llama"], GpuRuleOptions(0.92, "test", mode="both"))
+    out = alerts.write(tmp_path, Thresholds(), "0.20", ["llama"], GpuRuleOptions(0.92, "test", mode="both", join="none"))
     assert out.gpu.utilization == 0.92
     series = _fb(GPU0, [HEALTHY] * 40)
     quiet = [{"eval_time": t, "alertname": a, "exp_alerts": []}
@@ -70,7 +70,7 @@ def test_healthy_vllm_at_092_stays_quiet_and_the_plain_threshold_fires(tmp_path,
 def test_memory_outside_the_budget_growing_fires(tmp_path, promtool):  # noqa: F811
     """Another process grows by 200 MiB/min from a healthy start: above budget + 3 % (2,433 MiB)
     after 10.2 min, firing 5 min later; free below 2 % (1,622 MiB) after 22.3 min."""
-    out = alerts.write(tmp_path, Thresholds(), None, [], GpuRuleOptions(0.92, "test"))
+    out = alerts.write(tmp_path, Thresholds(), None, [], GpuRuleOptions(0.92, "test", join="none"))
     used = [HEALTHY + 200 * t for t in range(35)]
     tests = [
         {"eval_time": "12m", "alertname": "GpuMemoryAboveVllmBudget", "exp_alerts": []},  # pending (for 5m)
@@ -92,7 +92,7 @@ def test_budget_follows_the_plan_file_and_the_hostname_label_of_newer_exporters(
     plan.write_text(json.dumps({"flags": {"gpu_memory_utilization": 0.85}}))
     util, source = dcgm.resolve_utilization(None, str(plan), None)
     assert (util, source) == (0.85, f"flags.gpu_memory_utilization in {plan}")
-    out = alerts.write(tmp_path, Thresholds(), None, [], GpuRuleOptions(util, source))
+    out = alerts.write(tmp_path, Thresholds(), None, [], GpuRuleOptions(util, source, join="none"))
     new = {k: v for k, v in GPU0.items() if k != "Hostname"} | {"hostname": "node-b"}
     tests = [{"eval_time": "10m", "alertname": "GpuMemoryAboveVllmBudget", "exp_alerts": [
         _alert(out, "GpuMemoryAboveVllmBudget", new,

@@ -30,7 +30,7 @@ def test_findings_carry_time_ranges():
     e2e = [(t0 + i, 3.0 if i in (5, 6) else 0.5) for i in range(40)]
     got = {f.id: f for f in analyse("prometheus X", _p(kv=kv, waiting=waiting, preemptions=pre, start_time=start,
                                                         requests=reqs, e2e_p99=e2e, gpus={"GPU 0 on h": (outside, totals)}),
-                                    Thresholds(), 1.0, 0.92)}
+                                    Thresholds(e2e_p99=2.0), 1.0, 0.92)}
     kvf = got["kv_cache_full_with_waiting"]
     assert (kvf.evidence[0].start, kvf.evidence[0].end) == ("2026-11-30T00:53:32Z", "2026-11-30T00:53:38Z")
     assert dict(kvf.numbers)["waiting_max"] == 3

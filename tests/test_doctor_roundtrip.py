@@ -118,7 +118,7 @@ def test_every_startup_error_kind_is_covered():
     """A new kind of start-up error in admission.py needs its round trip here."""
     made = set(re.findall(r'StartupError\("(\w+)"', inspect.getsource(admission)))
     assert made == {"no_kv_memory", "max_model_len_too_large", "max_model_len_above_derived", "tp_heads", "free_memory",
-                    "weights_oom", "oom_uncharged"}
+                    "weights_oom", "kv_cache_oom", "scheduler_config", "block_size", "oom_uncharged"}
 
 
 def test_every_error_template_reads_back_what_it_writes():
@@ -139,3 +139,26 @@ def test_every_error_template_reads_back_what_it_writes():
             for name, kind in t.kinds.items():
                 if not isinstance(kind, (et.Alt, et.Raw)):
                     assert m.group(name) == str(values[name]), (t.template, name)
+
+
+def test_scheduler_and_block_size_refusals_round_trip():
+    """Issue 30 #1: what plan writes for vLLM's config checks, doctor reads back, with the fix."""
+    from kvplan.memory.semantics import semantics
+
+    cases = [
+        (admission.scheduler_config_errors(10, 256, 4096, True)[0], "batch_below_seqs", "--max-num-batched-tokens 256"),
+        (admission.scheduler_config_errors(100, 64, 4096, False)[0], "batch_below_len", "--enable-chunked-prefill"),
+        (admission.block_size_refused(7, semantics("0.6.4")), "block_choice", "--block-size 8"),
+        (admission.block_size_refused(7, semantics("0.19")), "block_kernel", "--block-size 16"),
+        (admission.block_size_refused(7, semantics("0.33")), "block_kernel", "--block-size 16"),
+    ]
+    for err, check, first_fix in cases:
+        findings = _findings(err.message)
+        assert [f.id for f in findings] == ["config_refused"], err.message
+        assert dict(findings[0].numbers)["check"] == check
+        assert findings[0].fixes[0].change == first_fix
+
+
+def test_a_kv_cache_too_big_for_the_gpu_reads_back_as_an_oom():
+    err = admission.kv_cache_does_not_fit(60 * GIB, 33 * GIB, GIB // 2, 80 * GIB, "kv_cache_memory")
+    assert [f.id for f in _findings(err.message)] == ["cuda_oom_runtime"]

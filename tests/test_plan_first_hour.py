@@ -159,7 +159,8 @@ def test_fails_verdict_offers_a_command_that_starts_never_the_failing_one():
     text = " ".join(out.stdout.split())
     assert "verdict: FAILS" in text and "must be divisible by tensor parallel size (3)" in text
     assert "--tensor-parallel-size 3" not in text
-    assert "run this instead: TP 2 × PP 1 on 2 GPUs" in text and "--tensor-parallel-size 2" in text
+    # issue 30 #9: on the 3 GPUs the user has (TP 1 × PP 3), not fewer (TP 2 on 2 GPUs gives up KV memory)
+    assert "run this instead: TP 1 × PP 3 on 3 GPUs" in text and "--pipeline-parallel-size 3" in text
     d = plan_json("--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB", "-tp", "3")
     assert d["serve_command_starts"] is False
     md = kvplan("plan", "--format", "markdown", "--model", "meta-llama/Llama-2-70b-chat-hf", "--gpu", "A100-80GB",
@@ -177,13 +178,13 @@ def test_strict_exits_1_on_fails_and_simulate_agrees(tmp_path):
                  "--num-requests", "5")
     assert sim.returncode == 1
     assert "verdict FAILS" in sim.stderr and "must be divisible by tensor parallel size (3)" in sim.stderr
-    assert "TP 2 × PP 1" in sim.stderr
+    assert "TP 1 × PP 3" in sim.stderr  # issue 30 #9: on the GPUs asked
     help_text = kvplan("plan", "--help").stdout
     assert "Exit codes" in help_text and "--strict" in help_text
     # --serve-config writes what starts (the layout offered), never the failing flags
     cfg = tmp_path / "serve.yaml"
     assert kvplan("plan", *args, "--serve-config", str(cfg)).returncode == 0
-    assert "tensor-parallel-size: 2" in cfg.read_text()
+    assert "pipeline-parallel-size: 3" in cfg.read_text() and "tensor-parallel-size: 3" not in cfg.read_text()
 
 
 # --- finding 10 (first half): what-if rows of a failing plan say the length they were planned at -

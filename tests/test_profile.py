@@ -40,7 +40,8 @@ def tiny_plan(tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     req = PlanRequest(model=load_model(str(d)), gpu=custom_gpu(parse_size("16GiB"), "CPU"), device="cpu",
-                      dtype="float32", vllm_version="0.32", max_model_len=2048, kv_cache_memory_bytes=1 << 30)
+                      dtype="float32", vllm_version="0.32", max_model_len=2048, kv_cache_memory_bytes=1 << 30,
+                      kv_memory_source="measured")  # kvplan's --kv-cache-memory: planned with, not forced on vLLM
     return plan(req)
 
 

@@ -58,7 +58,7 @@ def test_rates_and_percentiles_come_from_the_window_deltas():
     # 100 old requests at 0.4 s must not count; the 10 new ones take 3 s -> P99 in (2.5, 5]
     a = scrape(1000, 5000, 0, [0.4] * 100)
     b = scrape(1600, 5900, 2, [0.4] * 100 + [3.0] * 10, waiting=12)
-    w = Watcher("u", 60, Thresholds(), fetch=Script([a, b]), clock=clock(0.0, 10.0))
+    w = Watcher("u", 60, Thresholds(e2e_p99=2.0), fetch=Script([a, b]), clock=clock(0.0, 10.0))
     s1 = w.poll()
     assert s1.up and s1.prompt_tokens_per_s is None and s1.e2e_p99_s is None  # one scrape: no rates
     s = w.poll()

@@ -339,7 +339,9 @@ def request_from_values(values: Mapping[str, Any], given: Collection[str] = froz
     if kv_cache_memory_bytes:
         kv_bytes = human_int(str(kv_cache_memory_bytes), "--kv-cache-memory-bytes")
     elif kv_cache_memory:
-        kv_bytes = parse_size(kv_cache_memory, "--kv-cache-memory")
+        # kvplan's flag: what vLLM measured ("Available KV cache memory"), to plan with; the launch
+        # line keeps vLLM's own budget (only --kv-cache-memory-bytes, vLLM's flag, goes into it)
+        kv_bytes, source = parse_size(kv_cache_memory, "--kv-cache-memory"), "measured"
     elif log is not None and log.available_kv_bytes is not None:
         kv_bytes, source = log.available_kv_bytes, "log"
     max_model_len, mnbt = v["max_model_len"], v["max_num_batched_tokens"]

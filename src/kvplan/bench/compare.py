@@ -12,7 +12,9 @@ below it the row is ``n/a`` and a warning says so (it never fails a build).
 A change is *worse* only when it exceeds the threshold AND its interval excludes zero (noise does
 not fail a build), *better* likewise in the other direction, and *same* otherwise. Gates about
 trust come first: a partial or client-bound run on either side makes the comparison fail, because
-its latencies describe the client or an interrupted run, not the server.
+its latencies describe the client or an interrupted run, not the server; and two runs that offered
+different traffic (rate, concurrency, arrival, lengths, request log, endpoint) are not compared at
+all unless asked (``allow_traffic_change``): their latencies differ because the load did.
 """
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ from . import stats
 
 METRICS = ("ttft", "tpot", "e2e")
 QUANTILES = (0.5, 0.95, 0.99)
+#: the bench config keys that define the offered traffic (BenchConfig): equal on both sides, or
+#: the latencies answer a different question
+TRAFFIC_KEYS = ("rate", "concurrency", "arrival", "burstiness", "ramp_s", "input_len", "output_len", "requests_log",
+                "replay", "replay_speed", "endpoint", "stream", "ignore_eos")
+
+
+def traffic_differences(base: dict, cur: dict) -> list[str]:
+    """``["rate 0.5 vs 2.0", ...]``: the traffic settings in which the two results' configs differ."""
+    bc, cc = base.get("config") or {}, cur.get("config") or {}
+    return [f"{key} {bc.get(key)!r} vs {cc.get(key)!r}" if not isinstance(bc.get(key), (int, float))
+            or isinstance(bc.get(key), bool) else f"{key} {bc.get(key):g} vs {cc.get(key)}"
+            for key in TRAFFIC_KEYS if (key in bc or key in cc) and bc.get(key) != cc.get(key)]
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,7 @@ class Comparison:
     level: float
     warnings: tuple[str, ...] = ()  # rows that could not be compared (too few samples)
     row_level: float = 0.0  # each row's interval level after the Bonferroni correction
+    traffic_changed: tuple[str, ...] = ()  # traffic_differences: refused unless allowed
 
     @property
     def regressed(self) -> bool:
@@ -69,6 +84,7 @@ class Comparison:
                 "method": "order-statistic (distribution-free) intervals, Bonferroni over the rows",
                 "row_confidence": round(self.row_level, 6), "warnings": list(self.warnings),
                 "regressed": self.regressed, "problems": list(self.problems),
+                "traffic_changed": list(self.traffic_changed),
                 "passed": self.exit_code == 0, "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -82,9 +98,12 @@ def _problems(d: dict, label: str) -> list[str]:
 
 
 def compare(base: dict, cur: dict, threshold: float = 0.05, level: float = 0.95, n_boot: int = 2000,
-            seed: int = 0) -> Comparison:
-    """``n_boot`` and ``seed`` are kept for callers of the former bootstrap; the intervals are exact."""
+            seed: int = 0, allow_traffic_change: bool = False) -> Comparison:
+    """``n_boot`` and ``seed`` are kept for callers of the former bootstrap; the intervals are exact.
+    Runs of different traffic get every row ``n/a`` and a problem, unless ``allow_traffic_change``
+    (then the rows are judged and the difference is a warning)."""
     del n_boot, seed
+    changed = tuple(traffic_differences(base, cur))
     tests = len(METRICS) * len(QUANTILES)
     row_level = 1 - (1 - level) / tests  # Bonferroni: the family of rows holds at ``level``
     rows = []
@@ -120,8 +139,17 @@ def compare(base: dict, cur: dict, threshold: float = 0.05, level: float = 0.95,
     warnings = tuple(f"{stat} not compared ({', '.join(ms)}): fewer than {_need(rows, stat):,} samples per run "
                      f"(distribution-free interval at {row_level:.2%}); record longer runs to judge it"
                      for stat, ms in short.items())
-    problems = tuple(_problems(base, "baseline") + _problems(cur, "current"))
-    return Comparison(tuple(rows), problems, threshold, level, warnings, row_level)
+    problems = _problems(base, "baseline") + _problems(cur, "current")
+    if changed and not allow_traffic_change:
+        problems.insert(0, "NOT COMPARABLE: the runs offered different traffic (" + "; ".join(changed) + "): their "
+                        "latencies differ because the load did. Compare runs of the same traffic, or pass "
+                        "--allow-traffic-change to judge them anyway")
+        rows = [MetricVerdict(r.metric, r.quantile, r.baseline, r.current, r.change, None, None, "n/a", r.counts,
+                              r.min_count, "different traffic") for r in rows]
+    elif changed:
+        warnings += ("DIFFERENT TRAFFIC (" + "; ".join(changed) + "): a change in the table may be the load's, not a "
+                     "regression",)
+    return Comparison(tuple(rows), tuple(problems), threshold, level, warnings, row_level, changed)
 
 
 def _need(rows, stat: str) -> int:

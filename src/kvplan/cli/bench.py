@@ -169,8 +169,10 @@ def compare_cmd(
     threshold: float = typer.Option(0.05, "--threshold", help="Relative change that counts (0.05 = 5%)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the distribution-free (order-statistic) intervals, Bonferroni-corrected over the nine rows."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
+    allow_traffic_change: bool = typer.Option(False, "--allow-traffic-change", help="Judge two runs of different "
+                                              "traffic (rate, concurrency, arrival, lengths) anyway, with a warning."),
 ) -> None:
-    """P50/P95/P99 of TTFT, TPOT and E2E with distribution-free confidence intervals (order statistics, exact for any n); exit 1 on a regression."""
+    """P50/P95/P99 of TTFT, TPOT and E2E with distribution-free confidence intervals (order statistics, exact for any n); exit 1 on a regression, or when the runs offered different traffic."""
     from ..bench.compare import compare
     from ..bench.io import load_result
 
@@ -184,7 +186,7 @@ def compare_cmd(
         base, cur = load_result(baseline), load_result(current)
     except UsageError as exc:
         _fail(exc)
-    cmp = compare(base, cur, threshold=threshold, level=confidence).to_dict()
+    cmp = compare(base, cur, threshold=threshold, level=confidence, allow_traffic_change=allow_traffic_change).to_dict()
     reports.emit("bench-compare", fmt, cmp)
     raise typer.Exit(0 if cmp["passed"] else 1)
 

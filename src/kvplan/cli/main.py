@@ -19,6 +19,8 @@ from ..errors import UsageError
 from ..report import registry as reports
 from . import options as opt
 from .options import human_int  # noqa: F401 - re-exported: kvplan.cli.main.human_int
+from . import aliases as _aliases
+from . import help_width as _help_width
 from ._exit import fail as _fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -42,6 +44,8 @@ def _flags_take_no_value() -> None:
 
 
 _flags_take_no_value()
+_help_width.install()  # --help readable at 80 columns: names never cut, the help under them
+_aliases.install()  # one option given twice with different values (-tp 2 --tensor-parallel-size 4) is refused
 
 
 def _print_version(value: bool) -> None:
@@ -125,17 +129,10 @@ def _render(result, fmt, compact: bool, traffic=None) -> None:
 @app.command("models")
 def models_cmd(search: Optional[str] = typer.Argument(None, help="Filter by substring."),
                fmt: Format = typer.Option(Format.table, "--format", "-f")) -> None:
-    """List the built-in model catalog."""
-    from ..models import catalog, load_model
-    from ..models.params import count_params
+    """List the built-in model catalog: parameters, the longest context vLLM accepts, KV bytes per token."""
+    from ..memory.listing import catalog_rows
 
-    rows = []
-    for entry in catalog.entries():
-        if search and search.lower() not in (entry.id.lower() + " " + " ".join(entry.aliases)):
-            continue
-        spec = load_model(entry.id)
-        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
-                     "summary": spec.describe()})
+    rows = catalog_rows(search)
     if fmt is Format.json:
         sys.stdout.write(dumps_report(rows))
         return
@@ -149,20 +146,42 @@ def models_cmd(search: Optional[str] = typer.Argument(None, help="Filter by subs
     from rich import box
 
     table = Table(title=f"kvplan catalog ({len(rows)} models)" + ("" if wide else "; architecture: --format json"),
-                  box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
-    table.add_column("id" if wide else "id (aliases)", no_wrap=wide, overflow="fold",
-                     min_width=max((len(r["id"]) for r in rows), default=2))
+                  box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide, show_edge=wide)
+    longest = max((len(r["id"]) for r in rows), default=2)
+    table.add_column("id" if wide else "id (aliases)", no_wrap=wide, overflow="fold", min_width=longest,
+                     max_width=None if wide else longest)  # the aliases wrap under it, the numbers keep theirs
     table.add_column("params", justify="right", no_wrap=True)
+    table.add_column("context", justify="right", no_wrap=True)
+    table.add_column("KV/tok", justify="right", no_wrap=True)
     if wide:
         table.add_column("aliases")
         table.add_column("architecture")
     for r in rows:
-        params = f"{r['params'] / 1e9:.2f}B"
+        params = f"{r['params'] / 1e9:.2f}B" if wide else f"{r['params'] / 1e9:.1f}B"
+        ctx = _tokens_k(r["max_context_tokens"])
+        kv = _kib(r["kv_bytes_per_token"])
         if wide:
-            table.add_row(r["id"], params, ", ".join(r["aliases"]), r["summary"])
+            table.add_row(r["id"], params, ctx, kv, ", ".join(r["aliases"]), r["summary"])
         else:
-            table.add_row(r["id"] + ("\n  " + ", ".join(r["aliases"]) if r["aliases"] else ""), params)
+            table.add_row(r["id"] + ("\n  " + ", ".join(r["aliases"]) if r["aliases"] else ""), params, ctx, kv)
     con.print(table)
+    con.print("context: the longest max_model_len vLLM accepts (K = 1,024 tokens); KV/tok: KV-cache bytes per "
+              "token, whole model, in the checkpoint's KV dtype (--format json: exact values)", style="dim")
+
+
+def _tokens_k(n: Optional[int]) -> str:
+    """A context length in 7 characters at most: 4K, 131K, 10.0M (K = 1,024 tokens)."""
+    if not n:
+        return "-"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f}M"
+    return f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K"
+
+
+def _kib(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1024:.0f}KiB" if n >= 10 * 1024 else f"{n / 1024:.1f}KiB"
 
 
 @app.command("gpus")

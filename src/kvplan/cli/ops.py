@@ -24,9 +24,15 @@ def alerts_cmd(
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Use this vLLM version's metric names (default 0.33)."),
     thresholds: Optional[str] = typer.Option(
         None, "--thresholds",
-        help="KEY=VALUE,… : kv_cache_usage=0.9, e2e_p99=2s, ttft_p99=1s, waiting=10, preemptions=0, "
-             "gpu_budget_margin=0.03 and gpu_headroom=0.02 (fractions of the GPU's total), gpu_memory=0.9 (the plain "
-             "rule), for=5m (how long before firing), window=5m (rate window)."),
+        help="KEY=VALUE,… : kv_cache_usage=0.9, waiting=10, preemptions=0, error_rate=0.01, aborted=0.05, "
+             "e2e_p99 and ttft_p99 (no default: see --slo, --simulated), gpu_budget_margin=0.03 and gpu_headroom=0.02 "
+             "(fractions of the GPU's total), gpu_memory=0.9 (the plain rule), for=5m (how long before firing), "
+             "window=5m (rate window)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="The deployment's SLO, e.g. ttft_p99=2s,e2e_p99=30s: the "
+                                      "latency rules fire above it."),
+    simulated: Optional[str] = typer.Option(None, "--simulated", help="A kvplan simulate --format json result (or "
+                                            "preflight's preflight-sim.json): without an SLO, the latency rules fire "
+                                            "at its P99 x 1.5."),
     model_name: Optional[List[str]] = typer.Option(None, "--model-name", help="Only these served model names (repeatable)."),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: the GPU-memory budget the DCGM rules "
@@ -37,9 +43,11 @@ def alerts_cmd(
         "budget", "--gpu-memory-rule", help="budget (used above vLLM's budget + gpu_budget_margin; free below "
                                             "gpu_headroom), plain (used > gpu_memory: fires on any healthy vLLM above "
                                             "that utilization), both, or none."),
-    gpu_join: str = typer.Option("none", "--gpu-join", help="Which DCGM GPUs the GPU rules watch: none (all), kubernetes "
-                                                            "(GPUs of the vLLM pods, by pod/namespace), host (GPUs on "
-                                                            "the hosts of the vLLM instances)."),
+    gpu_join: str = typer.Option("auto", "--gpu-join", help="Which DCGM GPUs the GPU rules watch: auto (kubernetes "
+                                                            "where the vLLM series carry a pod label, else host), "
+                                                            "kubernetes (GPUs of the vLLM pods, by pod/namespace), "
+                                                            "host (GPUs on the hosts of the vLLM instances), none "
+                                                            "(every GPU the exporter reports)."),
     gpu_selector: Optional[str] = typer.Option(None, "--gpu-selector", help="Extra DCGM label matchers, e.g. "
                                                                             "'{Hostname=~\"gpu-.*\"}'."),
     speculative_decoding: bool = typer.Option(
@@ -58,9 +66,15 @@ def alerts_cmd(
         if fmt not in ("table", "json"):
             raise UsageError(f"--format: expected table or json, got {fmt!r}")
         th = parse_thresholds(thresholds)
+        from ..ops.thresholds import derive_latency
+        from ..slo import parse_slo
+
+        observed = _simulated_p99(simulated) if simulated else None
+        th, notes = derive_latency(th, {s.key: s.limit for s in parse_slo(slo)}, observed,
+                                   f"{simulated}" if simulated else "the simulated run")
         util, source = dcgm.resolve_utilization(gpu_memory_utilization, plan, vllm_version)
         gpu = dcgm.GpuRuleOptions(util, source, gpu_memory_rule, gpu_join, dcgm.selector_body(gpu_selector))
-        out = alerts.write(output_dir, th, vllm_version, model_name or (), gpu, speculative_decoding, lora)
+        out = alerts.write(output_dir, th, vllm_version, model_name or (), gpu, speculative_decoding, lora, notes)
     except UsageError as exc:
         _fail(exc)
     except OSError as exc:
@@ -73,7 +87,30 @@ def alerts_cmd(
     if out.gpu is not None and out.gpu.mode != "none":
         typer.echo(f"GPU memory rules ({out.gpu.mode}) on DCGM exporter metrics: vLLM budget "
                    f"gpu_memory_utilization {out.gpu.utilization:g} ({out.gpu.utilization_source})")
+    for note in out.notes:
+        typer.echo(f"latency threshold {note}")
     typer.echo("check the rules with: promtool check rules " + str(out.rules_path))
+
+
+def _simulated_p99(path: str) -> dict:
+    """E2E and TTFT P99 (seconds) of a ``kvplan simulate --format json`` result."""
+    import json
+
+    from ..errors import file_not_found
+
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise file_not_found(path) from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--simulated {path}: not a readable JSON ({exc})") from None
+    lat = d.get("latency_s") if isinstance(d, dict) else None
+    out = {key: (lat.get(metric) or {}).get("p99") for key, metric in (("e2e_p99", "e2e"), ("ttft_p99", "ttft"))
+           if isinstance(lat, dict) and isinstance(lat.get(metric), dict)}
+    if not any(isinstance(v, (int, float)) and v > 0 for v in out.values()):
+        raise UsageError(f"--simulated {path}: no latency_s.e2e.p99 / latency_s.ttft.p99 (expected kvplan simulate "
+                         "--format json output)")
+    return out
 
 
 def doctor_cmd(

@@ -24,6 +24,7 @@ from .request import PlanRequest
 from .lora import lora_memory
 from .offload import num_cpu_blocks, swap_space_bytes
 from .result import (
+    Headroom,
     HostMemory,
     KVGroupInfo,
     LoRAInfo,
@@ -42,8 +43,8 @@ from .result import (
 from .semantics import VllmSemantics
 
 #: errors of vLLM's configuration checks: it stops before it profiles memory
-CONFIG_ERRORS = ("max_model_len_above_derived", "tp_heads", "block_size", "lora_config", "speculative_config",
-                 "swap_space")
+CONFIG_ERRORS = ("max_model_len_above_derived", "tp_heads", "block_size", "scheduler_config", "lora_config",
+                 "speculative_config", "swap_space")
 
 Replan = Callable[..., PlanResult]  # plan(req, what_ifs=..., fit_search=...)
 
@@ -100,6 +101,9 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
     naive = _naive(config, max_model_len, blocks)
     what_if_rows = _what_ifs(replace(req, max_model_len=run_len), config.gpu_memory_utilization,
                              config.kv_cache_dtype.name, replan, sem) if what_ifs else ()
+    room = headroom(config, sized)
+    if room is not None and startup.ok and not room.ok:
+        startup = replace(startup, warnings=startup.warnings + (headroom_warning(room, config.gpu_memory_utilization),))
     install_note = _install_dependent_verdict(what_if_rows, startup.ok)
     if install_note:  # the sign of the margin is not known: as a verdict within the estimate's error
         notes += install_note
@@ -114,8 +118,35 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         notes=tuple(notes), measured=dict(req.measured or {}),
         serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
         what_if_at_fallback_length=bool(what_ifs and run_len != max_model_len),
-        derived_max_model_len=int(config.derived_max_model_len),
+        derived_max_model_len=int(config.derived_max_model_len), headroom=room,
     )
+
+
+def headroom(config: ResolvedConfig, sized: KVSizing) -> Optional[Headroom]:
+    """The one headroom rule's figures (result.Headroom); None on CPU, whose KV cache is sized
+    from its own setting, not from a share of a GPU."""
+    if config.device != "cuda":
+        return None
+    from .budget import cudagraph_estimate_bytes
+
+    sem, req, budget = config.semantics, config.request, sized.budget
+    total = config.gpu.memory_bytes
+    after = 0
+    if not sem.subtracts_cudagraph_estimate and not req.enforce_eager:
+        layers = max(len(st.layers) for st in mparams.weights_per_rank(
+            req.model, config.tensor_parallel_size, config.pipeline_parallel_size, 2, None))
+        after = cudagraph_estimate_bytes(req.model, config.tensor_parallel_size, 2, config.max_num_seqs, layers)
+    inside = budget.non_kv_bytes + sized.blocks.num_gpu_blocks * sized.blocks.bytes_per_block
+    outside = budget.preexisting_bytes if sem.charged_preexisting(1, 1) == 0 else 0
+    return Headroom(to_gib(total), to_gib(inside + outside + after), to_gib(inside), to_gib(outside), to_gib(after),
+                    to_gib(error_band_bytes(total)))
+
+
+def headroom_warning(room: Headroom, gpu_memory_utilization: float) -> str:
+    return (f"Only {room.left_gib:.2f} GiB of the GPU's {room.total_gib:.2f} GiB is left outside vLLM's budget at "
+            f"--gpu-memory-utilization {gpu_memory_utilization:g} (peak {room.peak_gib:.2f} GiB), less than the "
+            f"{room.band_gib:.2f} GiB the estimate's error band needs: fragmentation, NCCL buffers or another process "
+            "can push it into CUDA out of memory (kvplan preflight's plan_memory check, the same rule).")
 
 
 def _memory(config: ResolvedConfig, sized: KVSizing) -> MemoryInfo:
@@ -374,6 +405,8 @@ def _what_ifs(req: PlanRequest, gpu_memory_utilization: float, kv_cache_dtype: s
             r = replan(replace(req, **change), what_ifs=False)
         except UsageError:
             continue
+        if "gpu_memory_utilization" in change and r.headroom is not None and not r.headroom.ok:
+            continue  # the one headroom rule: a higher utilisation that leaves too little is no offer
         out.append(WhatIf(label, change, r.startup.ok, r.memory.available_kv_cache_gib, r.kv.kv_cache_tokens,
                           r.kv.max_concurrency, r.flags.max_model_len))
     return out

@@ -200,8 +200,14 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
         sem, spec, max_num_seqs, default_batched, max_model_len, chunked_prefill)
     if not req.max_num_seqs and sem.default_max_num_seqs_capped_by_batch:
         max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
+    errors.extend(admission.scheduler_config_errors(max_num_batched_tokens, max_num_seqs, max_model_len,
+                                                    chunked_prefill))
     concurrent_batches = _max_concurrent_batches(sem, device, pipeline_parallel_size)
 
+    if req.block_size and device == "cuda":
+        error = admission.block_size_refused(req.block_size, sem)
+        if error is not None:
+            errors.append(error)
     block_size = req.block_size or default_block_size(spec, gpu, device, sem, kv_cache_dtype.name)
     stages = mparams.pp_layer_ranges(spec.num_layers, pipeline_parallel_size)
     if drafter is not None and drafter.layers:  # the drafter's KV layers follow the target's, on the last stage

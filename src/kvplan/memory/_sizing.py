@@ -81,6 +81,19 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
     if weights_oom:
         errors.append(admission.weights_do_not_fit(budget.loaded_bytes, gpu.memory_bytes, budget.preexisting_bytes,
                                                    config.tensor_parallel_size, config.pipeline_parallel_size))
+    elif config.device == "cuda" and req.kv_cache_memory_bytes is not None and source != "log":
+        # A given KV size is allocated as given (0.11+ skips the budget for --kv-cache-memory-bytes):
+        # with everything else it must fit the GPU, or the KV allocation ends in CUDA OOM; a
+        # "measured" size that cannot fit was never measured.
+        worst = max(zip(budgets, available), key=lambda ba: ba[0].non_kv_bytes + ba[0].preexisting_bytes + ba[1])
+        if worst[0].non_kv_bytes + worst[0].preexisting_bytes + worst[1] > gpu.memory_bytes:
+            error = admission.kv_cache_does_not_fit(worst[1], worst[0].non_kv_bytes, worst[0].preexisting_bytes,
+                                                    gpu.memory_bytes, source)
+            if source == "measured":  # the input is impossible: nothing vLLM would do
+                from ..errors import UsageError
+
+                raise UsageError(error.message)
+            errors.append(error)
 
     # The block count, the worst stage and the memory checked depend on the memory only, not on
     # the length: the sizing before and after an auto-fit agree on them.
@@ -93,6 +106,9 @@ def size_kv(config: ResolvedConfig) -> KVSizing:
             partial(_needed_bytes, config, blocks, max_num_batched_tokens), blocks.check_memory_bytes, longest)
     else:
         max_fitting_model_len = 0
+    # what fits is never more than the model allows: vLLM refuses a max_model_len above its derived
+    # limit before it sizes anything (_get_and_verify_max_len)
+    max_fitting_model_len = min(max_fitting_model_len, derived_max_model_len)
     if config.auto_fit:
         if max_fitting_model_len == 0:
             errors.append(admission.StartupError(

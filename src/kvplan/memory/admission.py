@@ -20,7 +20,7 @@ DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for 
 
 @dataclass(frozen=True)
 class StartupError:
-    kind: str  # no_kv_memory | max_model_len_too_large | max_model_len_above_derived | tp_heads | free_memory
+    kind: str  # no_kv_memory | max_model_len_too_large | max_model_len_above_derived | tp_heads | free_memory | weights_oom | kv_cache_oom
     message: str
     suggested_max_model_len: Optional[int] = None
 
@@ -137,6 +137,56 @@ def uncharged_oom(uncharged_bytes: int, requested_bytes: int, preexisting_bytes:
         f"(gpu_memory_utilization x total) with weights, activations and KV cache without counting "
         f"{uncharged_bytes / gib:.2f} GiB of LoRA / draft-model weights it already holds; with "
         f"{preexisting_bytes / gib:.2f} GiB of CUDA context that is more than the GPU's {total_bytes / gib:.2f} GiB."))
+
+
+def kv_cache_does_not_fit(kv_bytes: int, non_kv_bytes: int, preexisting_bytes: int, total_bytes: int,
+                          source: str) -> StartupError:
+    """A KV size given by hand (--kv-cache-memory-bytes, or kvplan's --kv-cache-memory) larger than
+    what the GPU has left after the weights, activations, graphs and the CUDA context: vLLM
+    allocates the KV tensors as asked (initialize_kv_cache) and torch runs out of memory there."""
+    gib = 1 << 30
+    left = total_bytes - non_kv_bytes - preexisting_bytes
+    flag = "--kv-cache-memory-bytes" if source == "kv_cache_memory" else "--kv-cache-memory"
+    head = ("torch.OutOfMemoryError: CUDA out of memory while allocating the KV cache" if source == "kv_cache_memory"
+            else "--kv-cache-memory cannot be what vLLM measured")
+    return StartupError("kv_cache_oom", (
+        f"{head}: {kv_bytes / gib:.2f} GiB of KV cache per GPU ({flag}) with {non_kv_bytes / gib:.2f} GiB of weights, "
+        f"activations and CUDA graphs and the {preexisting_bytes / gib:.2f} GiB CUDA context need "
+        f"{(kv_bytes + non_kv_bytes + preexisting_bytes) / gib:.2f} GiB; the GPU has {total_bytes / gib:.2f} GiB, "
+        f"{max(left, 0) / gib:.2f} GiB left for the KV cache."))
+
+
+def scheduler_config_errors(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int,
+                            chunked_prefill: bool) -> list[StartupError]:
+    """SchedulerConfig._verify_args, the same two checks and texts in every version read (0.6.4,
+    0.7.3, 0.8.5, 0.9.2 config.py; 0.10.1.1-0.33.0 config/scheduler.py)."""
+    out = []
+    if max_num_batched_tokens < max_model_len and not chunked_prefill:
+        out.append(StartupError("scheduler_config", et.SCHED_BATCH_BELOW_LEN.format(
+            batched=max_num_batched_tokens, max_len=max_model_len) + " and makes vLLM reject longer sequences. "
+            "Please increase max_num_batched_tokens or decrease max_model_len."))
+    if max_num_batched_tokens < max_num_seqs:
+        out.append(StartupError("scheduler_config", et.SCHED_BATCH_BELOW_SEQS.format(
+            batched=max_num_batched_tokens, seqs=max_num_seqs)))
+    return out
+
+
+def block_size_refused(block_size: int, sem: VllmSemantics) -> Optional[StartupError]:
+    """A ``--block-size`` vLLM refuses on CUDA: argparse's choices before 0.18
+    (VllmSemantics.accepted_block_sizes), then the attention backend's kernel sizes
+    (FLASH_ATTN: MultipleOf(16), v1/worker/utils.py select_common_block_size)."""
+    choices = sem.accepted_block_sizes
+    if choices is not None:
+        if block_size in choices:
+            return None
+        return StartupError("block_size", et.BLOCK_SIZE_CHOICE.format(block=block_size,
+                                                                      choices=", ".join(map(str, choices))))
+    if block_size % 16 == 0:
+        return None
+    head = et.NO_COMMON_BLOCK_SIZE.format(block=block_size)
+    if sem.block_size_error_names_backends:
+        return StartupError("block_size", head + " (FLASH_ATTN: [MultipleOf(16)]).")
+    return StartupError("block_size", head + ". ")
 
 
 def largest_fitting_len(needed_for: Callable[[int], int], budget: int, upper: int) -> int:

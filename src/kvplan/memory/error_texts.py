@@ -124,3 +124,16 @@ SPEC_N_PREDICT = Text("num_speculative_tokens:{k} must be divisible by n_predict
 # CacheConfig.verify_with_parallel_config (0.6-0.17): the swap space of the node's TP workers.
 SWAP_SPACE = Text("Too large swap space. {usage} GiB out of the {total} GiB total CPU memory is allocated for the swap "
                   "space", usage=FLOAT, total=FLOAT)
+
+
+# SchedulerConfig._verify_args (the same texts 0.6.4-0.33: config.py, then config/scheduler.py)
+SCHED_BATCH_BELOW_LEN = Text("max_num_batched_tokens ({batched}) is smaller than max_model_len ({max_len}). This "
+                             "effectively limits the maximum sequence length to max_num_batched_tokens",
+                             batched=INT, max_len=INT)
+SCHED_BATCH_BELOW_SEQS = Text("max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs "
+                              "({seqs}).", batched=INT, seqs=INT)
+# --block-size outside argparse's choices (0.6.4-0.17), or no attention kernel for it (0.18+,
+# v1/worker/utils.py)
+BLOCK_SIZE_CHOICE = Text("argument --block-size: invalid choice: {block} (choose from {choices})",
+                         block=INT, choices=Raw(r"[0-9, ]*"))
+NO_COMMON_BLOCK_SIZE = Text("No common block size for {block}", block=INT)

@@ -1,7 +1,9 @@
 """The smallest tensor × pipeline parallel layout that starts a model at the asked context.
 
 Every FAILS verdict says how many GPUs it would take. The rule, stated in the
-output: TP first, then PP, as vLLM's distributed-serving guide advises (TP inside a node, PP
+output: first the GPUs the user asked for, split another way (TP 3 on 64 heads fails, TP 1 × PP 3
+on the same 3 GPUs starts: a smaller layout would also give up KV memory); then the smallest
+layout: TP first, then PP, as vLLM's distributed-serving guide advises (TP inside a node, PP
 across nodes). TP is a divisor of the attention heads that vLLM accepts
 (``verify_with_parallel_config``: heads % TP == 0; the KV heads must split evenly or be
 replicated evenly: kv_heads % TP == 0 or TP % kv_heads == 0) and at most one node
@@ -26,15 +28,18 @@ if TYPE_CHECKING:  # the plan's result, read by the text below
 NOT_A_GPU_COUNT_PROBLEM = {
     "max_model_len_above_derived": "the length is above the model's own limit: no number of GPUs changes that",
     "block_size": "the block size is refused whatever the layout",
+    "scheduler_config": "the scheduler's limits (max_num_batched_tokens, max_num_seqs, max_model_len) are refused "
+                        "whatever the layout",
     "free_memory": "other processes hold the GPU's memory: more GPUs of the same kind do not free it",
     "lora_config": "vLLM refuses the LoRA flags themselves: no number of GPUs changes that",
     "speculative_config": "vLLM refuses the --speculative-config itself: no number of GPUs changes that",
     "swap_space": "the swap space is checked against the host's memory, not the GPUs'",
 }
 MAX_GPUS = 512
-RULE = ("TP first, then PP: the smallest TP that starts at PP 1 (TP divides the attention heads, splits or evenly "
-        "replicates the KV heads, and fits in one node); if none, the smallest PP (≤ layers) with the smallest TP "
-        "there; every other flag as asked")
+RULE = ("the asked number of GPUs first, split as TP × PP with the largest TP that starts; else TP first, then PP: "
+        "the smallest TP that starts at PP 1 (TP divides the attention heads, splits or evenly replicates the KV "
+        "heads, and fits in one node); if none, the smallest PP (≤ layers) with the smallest TP there; every other "
+        "flag as asked")
 
 
 def allowed_tensor_parallel_sizes(num_heads: int, num_kv_heads: int, gpus_per_node: int) -> list[int]:
@@ -86,6 +91,20 @@ def smallest_fitting_layout(req, result_kind: Optional[str], plan_fn: Callable) 
     if not tps:
         return LayoutFit(False, None, None, None, None, None, req.max_model_len, "", (), "", RULE,
                          "no tensor parallel size divides the attention heads within one node", "estimate")
+
+    def found(tp: int, pp: int, r) -> LayoutFit:
+        gpus = tp * pp
+        nodes = -(-gpus // req.gpus_per_node)
+        return LayoutFit(True, tp, pp, gpus, gpus * req.data_parallel_size, nodes * req.data_parallel_size,
+                         r.flags.max_model_len, r.serve_command, r.serve_argv, r.serve_config_yaml, RULE, "",
+                         "estimate" if measured or r.memory.source == "estimate" else r.memory.source)
+
+    # the GPUs the user has, split another way: the largest TP first (TP inside a node)
+    asked_gpus = asked[0] * asked[1]
+    for tp in sorted((t for t in tps if asked_gpus % t == 0), reverse=True):
+        pp = asked_gpus // tp
+        if pp <= max_pp and (tp, pp) != asked and starts(tp, pp) is not None:
+            return found(tp, pp, starts(tp, pp))
     # More GPUs per stage or more stages only add KV memory per GPU, so the search is monotone: the
     # smallest PP at which the largest TP starts (doubling, then bisection), then the smallest TP there.
     widest = tps[-1]
@@ -107,11 +126,7 @@ def smallest_fitting_layout(req, result_kind: Optional[str], plan_fn: Callable) 
         for tp in tps:
             r = starts(tp, pp)
             if r is not None:
-                gpus = tp * pp
-                nodes = -(-gpus // req.gpus_per_node)
-                return LayoutFit(True, tp, pp, gpus, gpus * req.data_parallel_size, nodes * req.data_parallel_size,
-                                 r.flags.max_model_len, r.serve_command, r.serve_argv, r.serve_config_yaml, RULE, "",
-                                 "estimate" if measured or r.memory.source == "estimate" else r.memory.source)
+                return found(tp, pp, r)
     return LayoutFit(False, None, None, None, None, None, req.max_model_len, "", (), "", RULE,
                      f"no layout of up to {MAX_GPUS} {req.gpu.name} GPUs starts at this max_model_len", "estimate")
 
@@ -125,7 +140,7 @@ def _starts_any(starts: Callable, tps: list[int], pp: int, widest: int) -> bool:
 
 
 def layout_fit_text(r: "PlanResult") -> Optional[str]:
-    """On a FAILS verdict: the smallest TP × PP (and GPU count) that starts at the asked length."""
+    """On a FAILS verdict: the layout that starts at the asked length (on the same GPUs, else the smallest)."""
     f = r.startup.fits_with
     if r.startup.ok or f is None:
         return None
@@ -135,6 +150,8 @@ def layout_fit_text(r: "PlanResult") -> Optional[str]:
     layout = f"TP {f.tensor_parallel_size} × PP {f.pipeline_parallel_size}"
     dp = f" per replica, {f.total_gpus} in all" if r.parallel.data_parallel_size > 1 else ""
     basis = " (KV memory estimated for that layout)" if f.kv_memory_source == "estimate" and r.memory.source != "estimate" else ""
-    return (f"Smallest layout that starts at max_model_len {f.max_model_len:,}: {layout} = {f.gpus_per_replica} "
+    same = f.gpus_per_replica == r.parallel.gpus_per_replica
+    head = "On the same GPUs, the layout that starts" if same else "Smallest layout that starts"
+    return (f"{head} at max_model_len {f.max_model_len:,}: {layout} = {f.gpus_per_replica} "
             f"{r.flags.gpu} GPU{'s' if f.gpus_per_replica != 1 else ''}{dp} ({f.nodes} node{'s' if f.nodes != 1 else ''} "
             f"of {node}){basis}. Rule: {f.rule}.")

@@ -51,7 +51,10 @@ class PlanRequest:
     load_balancer: Optional[str] = None
     entrypoint: str = "serve"
     engine: Optional[str] = None  # V0/V1 where VLLM_USE_V1 chose (0.7–0.10)
-    kv_memory_source: str = "kv_cache_memory"  # or "log" when read from a startup log
+    #: "kv_cache_memory" (vLLM's --kv-cache-memory-bytes: in the serve line), "measured" (kvplan's
+    #: --kv-cache-memory: what vLLM measured, planned with, not forced into the serve line) or
+    #: "log" (read from a start-up log)
+    kv_memory_source: str = "kv_cache_memory"
     measured: Optional[dict] = None
     notes: tuple[str, ...] = ()  # said by whoever built the request (e.g. a log's version fallback)
     # --- serve flags that move memory beyond the KV cache (memory/lora.py, spec_decode.py, offload.py)
@@ -103,5 +106,13 @@ def validate(req: PlanRequest) -> None:
         raise UsageError(f"--cpu-offload-gb must be at least 0, got {req.cpu_offload_gb}")
     if req.swap_space is not None and req.swap_space < 0:
         raise UsageError(f"--swap-space must be at least 0, got {req.swap_space}")
+    layers = req.model.num_layers
+    if layers and req.pipeline_parallel_size > layers:
+        # vLLM does not check it: get_pp_indices (vllm/distributed/utils.py, read in 0.19.0) gives
+        # the last stages no layer (80 layers over PP 81: 1, 1, ..., 1, 0) and the run has no KV cache
+        # there to size; kvplan plans at most one stage per layer
+        raise UsageError(f"--pipeline-parallel-size {req.pipeline_parallel_size} is more than the model's {layers} "
+                         "layers: a pipeline stage would hold no layer (vLLM's get_pp_indices); use at most "
+                         f"{layers}")
     if req.device not in ("cuda", "cpu"):
         raise UsageError(f"--device must be cuda or cpu, got {req.device!r}")

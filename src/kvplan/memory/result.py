@@ -239,6 +239,35 @@ class MultiNode:
 
 
 @dataclass(frozen=True)
+class Headroom:
+    """The one headroom rule (plan's warning and what-ifs, preflight's plan_memory check): vLLM
+    fills its budget by design, so what matters is the memory left on the GPU outside it. The peak
+    is the non-KV terms and the KV cache inside the budget, the CUDA context where the version does
+    not charge it, and CUDA graphs captured after the KV cache was sized (versions that do not
+    subtract their estimate). It is enough when it leaves the estimate's error band
+    (kvplan.memory.borderline) free: fragmentation, NCCL buffers and other processes live there."""
+
+    total_gib: float
+    peak_gib: float  # inside + outside + after
+    inside_gib: float  # the budget's non-KV terms and the KV cache
+    outside_gib: float  # the CUDA context outside the budget
+    after_gib: float  # CUDA graphs captured after the KV cache was sized
+    band_gib: float  # the estimate's error band: the least headroom that is enough
+
+    @property
+    def left_gib(self) -> float:
+        return self.total_gib - self.peak_gib
+
+    @property
+    def ok(self) -> bool:
+        return self.left_gib >= self.band_gib
+
+    @property
+    def fraction(self) -> float:
+        return self.peak_gib / self.total_gib if self.total_gib else 0.0
+
+
+@dataclass(frozen=True)
 class PlanResult:
     vllm_semantics: str
     engine: str
@@ -264,6 +293,8 @@ class PlanResult:
     what_if_at_fallback_length: bool = False
     #: the model's own limit by this vLLM version's rule (max_position_embeddings & co., RoPE scaling)
     derived_max_model_len: Optional[int] = None
+    #: the memory left outside vLLM's budget, judged by the one headroom rule (None on CPU)
+    headroom: Optional[Headroom] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

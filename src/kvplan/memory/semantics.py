@@ -382,6 +382,28 @@ class VllmSemantics:
         return self.version >= (0, 6)
 
     @property
+    def accepted_block_sizes(self) -> Optional[tuple[int, ...]]:
+        """The ``--block-size`` values vLLM's argument parser accepts (argparse choices: an other
+        value is refused before anything starts), or None when any positive size passes the parser
+        and the attention backend decides. Read in the wheels: 0.6.4-0.7.3 ``choices=[8, 16, 32,
+        64, 128]`` (arg_utils.py); 0.8.5-0.11.0 ``BlockSize = Literal[1, 8, 16, 32, 64, 128]``;
+        0.12.0-0.17.0 the same with 256 (config/cache.py); 0.18.0+ ``SkipValidation[int]``."""
+        if self.version < (0, 8):
+            return (8, 16, 32, 64, 128)
+        if self.version < (0, 12):
+            return (1, 8, 16, 32, 64, 128)
+        if self.version < (0, 18):
+            return (1, 8, 16, 32, 64, 128, 256)
+        return None
+
+    @property
+    def block_size_error_names_backends(self) -> bool:
+        """``No common block size for N (FLASH_ATTN: [MultipleOf(16)]).`` names each backend's
+        sizes (read in 0.33.0 and on the 0.32 CPU build); 0.18.0-0.19.0 print ``No common block
+        size for N. `` (v1/worker/utils.py). 0.20-0.31 were not read: the newer text is assumed."""
+        return self.version >= (0, 20)
+
+    @property
     def v2_runner_keeps_async_under_pp(self) -> bool:
         """0.32+: the V2 model runner (the default) keeps async scheduling under pipeline
         parallelism, so max_concurrent_batches = pp + 1 (the V1 runner turns async off)."""

@@ -26,11 +26,24 @@ def _looks_like_a_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.endswith(("/", "\\")) or name.count("/") > 1
 
 
+def local_model_path(name: str) -> str:
+    """The model folder as ``vllm serve`` must be given it: the folder of a config.json, and a
+    relative path kept relative with its ``./`` (``vllm serve mymodel`` reads as a hub id)."""
+    folder = name.rstrip("/\\") or name
+    if folder.endswith(".json"):
+        folder = str(Path(folder).parent) if "/" in folder or "\\" in folder else "."
+    if not folder.startswith((".", "/", "~")) and not Path(folder).is_absolute():
+        folder = "./" + folder
+    return folder
+
+
 def load_model(name: str) -> ModelSpec:
     """A model by config.json path, model folder, catalog id/alias, or (online) hub id."""
     path = Path(name).expanduser()
     if path.exists() or name.endswith(".json"):
-        return load_config_file(path)
+        from dataclasses import replace
+
+        return replace(load_config_file(path), name=local_model_path(name))
     if _looks_like_a_path(name):
         raise UsageError(f"--model {name}: no such file or directory (a model folder or config.json was expected; "
                          "hub ids look like org/name)")

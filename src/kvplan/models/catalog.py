@@ -38,7 +38,7 @@ def entries() -> tuple[CatalogEntry, ...]:
     for path in sorted(CATALOG_DIR.glob("*.json")):
         data = _read(path)
         out.append(CatalogEntry(
-            id=data["id"], aliases=tuple(a.lower() for a in data.get("aliases", ())),
+            id=data["id"], aliases=tuple(dict.fromkeys(a.lower() for a in data.get("aliases", ()))),
             source=data.get("source", ""), published_params=data.get("published_params"),
             path=path,
         ))

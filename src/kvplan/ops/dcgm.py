@@ -33,7 +33,7 @@ NAMES = (FB_USED, FB_FREE, FB_RESERVED, GPU_UTIL)
 #: labels that name one GPU, in the order a summary shows them (Hostname: releases; hostname: main)
 GPU_LABELS = ("Hostname", "hostname", "instance", "gpu", "UUID")
 #: how the GPU rules find "the GPUs of the vLLM deployment"
-JOINS = ("none", "kubernetes", "host")
+JOINS = ("auto", "none", "kubernetes", "host")
 MODES = ("budget", "plain", "both", "none")
 
 
@@ -44,7 +44,7 @@ class GpuRuleOptions:
     utilization: float  # vLLM's gpu_memory_utilization, the budget per GPU
     utilization_source: str  # where it came from (flag, plan file, the version's default)
     mode: str = "budget"  # budget | plain | both | none
-    join: str = "none"  # none | kubernetes | host
+    join: str = "auto"  # auto | none | kubernetes | host
     selector: str = ""  # extra DCGM label matchers, e.g. 'Hostname=~"gpu-.*"'
 
     def __post_init__(self) -> None:
@@ -107,9 +107,14 @@ def join(expr: str, how: str, vllm_series: str) -> str:
     are copied onto ``pod``/``namespace`` first, so both ServiceMonitor settings join, and the model
     name is attached (one model per pod). ``host``: the host part of ``instance`` (both exporters
     scraped on the same machine), as a filter only: one host may serve several models.
+    ``auto`` (the default): the Kubernetes join for the vLLM series that carry a pod label, or the
+    host join: whichever the labels allow, so a training box's GPUs never alert by default.
     """
     if how == "none":
         return expr
+    if how == "auto":
+        pod_series = _with_matcher(vllm_series, 'pod!=""')  # without pods, empty labels would match every GPU
+        return f"({join(expr, 'kubernetes', pod_series)} or {join(expr, 'host', vllm_series)})"
     if how == "kubernetes":
         left = (f'label_replace(label_replace({expr}, "pod", "$1", "exported_pod", "(.+)"), '
                 f'"namespace", "$1", "exported_namespace", "(.+)")')
@@ -117,6 +122,13 @@ def join(expr: str, how: str, vllm_series: str) -> str:
     host = '"host", "$1", "instance", "(.+):[0-9]+"'
     return (f"(label_replace({expr}, {host}) and on (host) "
             f"group by (host) (label_replace({vllm_series}, {host})))")
+
+
+def _with_matcher(series: str, matcher: str) -> str:
+    """``name{a="b"}`` + ``c!=""`` -> ``name{a="b",c!=""}``."""
+    if series.endswith("}"):
+        return series[:-1] + ("," if not series.endswith("{}") else "") + matcher + "}"
+    return f"{series}{{{matcher}}}"
 
 
 #: summary text naming the GPU whichever host label the exporter version uses

@@ -228,7 +228,7 @@ def tripped(s: Snapshot, th: Thresholds) -> list[str]:
               ("e2e_p99", s.e2e_p99_s, th.e2e_p99), ("ttft_p99", s.ttft_p99_s, th.ttft_p99),
               ("waiting", s.requests_waiting, th.waiting), ("preemptions", s.preemptions_in_window, th.preemptions)]
     for name, value, limit in checks:
-        if value is not None and not math.isnan(value) and value > limit:
+        if value is not None and limit is not None and not math.isnan(value) and value > limit:
             out.append(name)
     if s.spec_acceptance_rate is not None and s.spec_acceptance_rate < th.spec_acceptance:
         out.append("spec_acceptance")  # a floor, not a ceiling

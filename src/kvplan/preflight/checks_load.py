@@ -254,7 +254,7 @@ def baseline_check(baseline_path: Optional[str], run: Optional[LoadRun]) -> Chec
 
 def alerts_check(output_dir: Optional[Path], thresholds: Thresholds, vllm_version: str,
                  model_names: tuple[str, ...] = (), gpu_memory_utilization: Optional[float] = None,
-                 ) -> tuple[CheckResult, dict]:
+                 notes: tuple[str, ...] = ()) -> tuple[CheckResult, dict]:
     """Write the rules and dashboard (kvplan.ops.alerts), then verify what was written. The GPU-memory
     rules use the planned ``gpu_memory_utilization`` as vLLM's budget (the version's default when
     None), so a server started with the planned command does not fire them."""
@@ -269,9 +269,10 @@ def alerts_check(output_dir: Optional[Path], thresholds: Thresholds, vllm_versio
 
     gpu = (GpuRuleOptions(gpu_memory_utilization, "the plan's --gpu-memory-utilization")
            if gpu_memory_utilization is not None else None)
-    out = alerts.write(Path(output_dir), thresholds, vllm_version, model_names, gpu)
+    out = alerts.write(Path(output_dir), thresholds, vllm_version, model_names, gpu, notes=notes)
     evidence = [f"wrote {out.rules_path} and {out.dashboard_path} (vLLM {out.names.version} metric names)",
-                "thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.to_dict().items())]
+                "thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.to_dict().items() if v is not None),
+                *(f"latency threshold {n}" for n in notes)]
     problems = []
     rules_text = out.rules_path.read_text(encoding="utf-8") if out.rules_path.is_file() else ""
     if not rules_text.strip():

@@ -12,7 +12,7 @@ from typing import Optional
 from ..ops.doctor.model import Fix
 from .model import CheckResult
 from .options import PreflightOptions
-from .whatif import gpu_memory_fraction, plan_effect, plan_fix, priced, replan, what_if_fixes
+from .whatif import plan_effect, plan_fix, priced, replan, what_if_fixes
 
 NO_LOG = "no --requests LOG: the traffic's lengths are unknown"
 
@@ -108,7 +108,6 @@ def check_plan_memory(plan_result, req, lengths) -> CheckResult:
     fragmentation, NCCL buffers, other processes). Pass: the peak fits the budget and the headroom
     outside it is at least the estimate's error band; warn: the headroom is thinner; fail: the peak
     exceeds the GPU."""
-    from ..memory.borderline import error_band_bytes
     from ..memory.semantics import semantics
 
     title = "peak GPU memory is known and within vLLM's budget"
@@ -119,25 +118,15 @@ def check_plan_memory(plan_result, req, lengths) -> CheckResult:
     if not plan_result.startup.ok:
         return CheckResult("plan_memory", "skipped", title, evidence=("the plan does not start (plan_starts)",))
     m, f = plan_result.memory, plan_result.flags
-    gib = 1 << 30
     total, budget = m.total_gib_per_gpu, m.requested_gib
     sem = semantics(req.vllm_version, req.engine)
-    after = 0.0  # CUDA graphs captured after the KV cache was sized (no estimate subtracted before 0.20)
-    if not sem.subtracts_cudagraph_estimate and not f.enforce_eager:
-        from ..memory.budget import cudagraph_estimate_bytes
-        from ..models import params as mparams
-
-        layers = max(len(st.layers) for st in mparams.weights_per_rank(
-            req.model, req.tensor_parallel_size, req.pipeline_parallel_size, 2, None))
-        after = cudagraph_estimate_bytes(req.model, req.tensor_parallel_size, 2, f.max_num_seqs, layers) / gib
-    inside = m.non_kv_gib + m.kv_cache_used_gib
-    outside = m.preexisting_gib if sem.charged_preexisting(1, 1) == 0 else 0.0
-    peak = inside + outside + after
-    headroom = total - peak
-    band = error_band_bytes(int(total * gib)) / gib
-    frac = peak / total if total else 0.0
-    threshold = (f"peak ≤ the GPU ({total:.2f} GiB), with ≥ {band:.2f} GiB left outside vLLM's budget (the estimate's "
-                 "error band)")
+    room = plan_result.headroom  # the one headroom rule (kvplan.memory.result.Headroom), plan's too
+    after, inside, outside, peak = room.after_gib, room.inside_gib, room.outside_gib, room.peak_gib
+    headroom, band, frac = room.left_gib, room.band_gib, room.fraction
+    limit = (total - band) / total if total else 0.0
+    # measured and threshold in one unit: the peak as a share of the GPU
+    threshold = (f"≤ {limit:.4f} of the GPU: a peak of at most {total - band:.2f} of {total:.2f} GiB, leaving the "
+                 f"estimate's error band ({band:.2f} GiB) outside vLLM's budget")
     evidence = [
         f"vLLM's budget: --gpu-memory-utilization {f.gpu_memory_utilization} × {total:.2f} GiB = {budget:.2f} GiB; "
         f"inside it: weights + non-torch + activation peak + CUDA-graph estimate {m.non_kv_gib:.2f} GiB, KV cache "
@@ -153,7 +142,7 @@ def check_plan_memory(plan_result, req, lengths) -> CheckResult:
         "--output-dir) writes GpuMemoryAboveVllmBudget (DCGM's used memory above this budget by a margin) and "
         "GpuMemoryHeadroomLow",
     ]
-    if inside <= budget + 1e-6 and headroom >= band:
+    if inside <= budget + 1e-6 and room.ok:
         return CheckResult("plan_memory", "pass", title, round(frac, 4), threshold, tuple(evidence))
     status = "fail" if headroom < 0 else "warn"
     evidence.append(f"{headroom:.2f} GiB outside the budget " + ("is negative: the GPU runs out of memory (CUDA OOM "
@@ -163,7 +152,7 @@ def check_plan_memory(plan_result, req, lengths) -> CheckResult:
     u = math.floor(f.gpu_memory_utilization * 100 - 1e-6) / 100
     while u >= 0.5:  # the highest utilisation whose peak leaves the band outside the budget
         r = replan(req, gpu_memory_utilization=u)
-        if r is not None and r.startup.ok and (total - gpu_memory_fraction(r) * total - after) >= band:
+        if r is not None and r.startup.ok and r.headroom is not None and r.headroom.ok:
             effect, nums = plan_effect(r, lengths)
             category, price = priced(plan_result, r)
             fixes.append(Fix(f"--gpu-memory-utilization {u:.2f}", effect, category, nums, basis="plan", price=price))

@@ -17,7 +17,6 @@ stops it by PID when done; its log goes through the doctor (OOM, start-up failur
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -37,13 +36,18 @@ def _say(progress: Progress, text: str) -> None:
         progress(text)
 
 
-def thresholds_for(opts: PreflightOptions) -> Thresholds:
-    """The alert thresholds, with the latency SLOs given to preflight (so the alerts watch the
-    same limits the load test was judged by)."""
-    th = Thresholds()
-    slo = {s.key: s.limit for s in opts.slo}
-    changes = {k: slo[k] for k in ("e2e_p99", "ttft_p99") if k in slo}
-    return replace(th, **changes) if changes else th
+def thresholds_for(opts: PreflightOptions, run=None) -> tuple[Thresholds, tuple[str, ...]]:
+    """The alert thresholds and where the latency ones come from: the latency SLOs given to
+    preflight (the limits the load test was judged by), else the load test's own P99 (simulated
+    or measured) with kvplan.ops.thresholds.LATENCY_MARGIN, else none."""
+    from ..ops.thresholds import derive_latency
+
+    observed = None
+    if run is not None:
+        observed = {key: (run.latency_s.get(metric) or {}).get("p99")
+                    for key, metric in (("e2e_p99", "e2e"), ("ttft_p99", "ttft"))}
+    source = "the simulated load test" if run is not None and run.simulated else "the load test"
+    return derive_latency(Thresholds(), {s.key: s.limit for s in opts.slo}, observed, source)
 
 
 def analyse_traffic(plan_result, opts: PreflightOptions, tokenizer):
@@ -334,7 +338,7 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
     if found.get("log_path"):
         files["vllm_log"] = found["log_path"]
 
-    thresholds = thresholds_for(opts)
+    thresholds, threshold_notes = thresholds_for(opts, run)
     plan_starts = checks_static.check_plan_starts(plan_result, req, lengths)
     if found.get("launch_failure") is not None:
         plan_starts = _launch_failure_check(plan_starts, found)
@@ -359,7 +363,8 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
         fixes = simfix.simulated_fixes(req, plan_result, trace, sim_dict, opts.slo)
         checks = [simfix.attach(c, fixes) if simfix.needs_sim_fix(c) else c for c in checks]
     alerts, alert_files = checks_load.alerts_check(opts.output_dir, thresholds, plan_result.vllm_semantics,
-                                                   gpu_memory_utilization=plan_result.flags.gpu_memory_utilization)
+                                                   gpu_memory_utilization=plan_result.flags.gpu_memory_utilization,
+                                                   notes=threshold_notes)
     checks.append(alerts)
     files.update(alert_files)
     inputs = {"plan_flags": _plan_flags(req), **opts.public()}

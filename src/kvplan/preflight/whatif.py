@@ -97,12 +97,9 @@ def plan_fix(req, change: str, changes: dict, lengths=None, cost: str = "free", 
 
 
 def leaves_headroom(r) -> bool:
-    """plan_memory's rule for a re-planned fix: the estimate's error band stays free outside
-    vLLM's budget (kvplan.memory.borderline)."""
-    from ..memory.borderline import error_band_bytes
-
-    total = r.memory.total_gib_per_gpu
-    return r.flags.device == "cpu" or total * (1 - gpu_memory_fraction(r)) >= error_band_bytes(int(total * (1 << 30))) / (1 << 30)
+    """plan_memory's rule for a re-planned fix: the one headroom rule of kvplan.memory
+    (PlanResult.headroom), the same that kvplan plan warns with."""
+    return r.flags.device == "cpu" or r.headroom is None or r.headroom.ok
 
 
 def what_if_fixes(plan_result, req, lengths=None, memory_limit: Optional[float] = None,

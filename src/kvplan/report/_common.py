@@ -39,11 +39,15 @@ def memory_segments(r: PlanResult) -> list[tuple[str, float]]:
 
 
 def headline(r: PlanResult) -> str:
+    """``MODEL on 72× A100 (DP 18 replicas × TP 4) — ...``: the GPUs of the whole deployment first,
+    then how they split; the memory figures below are per GPU of one replica."""
     p = r.parallel
-    gpus = f"{p.gpus_per_replica}× {r.flags.gpu}" if p.gpus_per_replica > 1 else r.flags.gpu
+    total = p.total_gpus
+    gpus = f"{total}× {r.flags.gpu}" if total > 1 else r.flags.gpu
     par = f"TP {p.tensor_parallel_size}" + (f" × PP {p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
-    dp = f", DP {p.data_parallel_size}" if p.data_parallel_size > 1 else ""
-    return f"{r.model.id} on {gpus} ({par}{dp}) — vLLM {r.vllm_semantics} rules ({r.engine})"
+    if p.data_parallel_size > 1:
+        par = f"DP {p.data_parallel_size} replicas × {par}, {p.gpus_per_replica} GPU{'s' if p.gpus_per_replica > 1 else ''} each"
+    return f"{r.model.id} on {gpus} ({par}) — vLLM {r.vllm_semantics} rules ({r.engine})"
 
 
 def verdict_title(r: PlanResult) -> str:

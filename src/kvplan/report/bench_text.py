@@ -138,5 +138,8 @@ def render_compare(cmp: dict, console: Optional[Console] = None) -> None:
         c.print(Text(f"! {w}", style="yellow"))
     for p in cmp["problems"]:
         c.print(Text(f"✗ {p}", style="red"))
-    c.print(Text("REGRESSION" if cmp["regressed"] else ("no regression" if not cmp["problems"] else "cannot pass"),
+    c.print(Text("REGRESSION" if cmp["regressed"] else ("no regression" if not cmp["problems"] else
+                                                       "NOT COMPARABLE" if cmp.get("traffic_changed") and all(
+                                                           r["verdict"] == "n/a" for r in cmp["rows"])
+                                                       else "cannot pass"),
                  style="red" if cmp["regressed"] or cmp["problems"] else "green"))

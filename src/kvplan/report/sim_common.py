@@ -35,11 +35,21 @@ def num(x, fmt: str = "{:,.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _gpus(c: dict) -> str:
+    """``4× H100 (DP 4 replicas × TP 1)``: the deployment's GPUs first, then the split (kvplan plan's
+    title says it the same way)."""
+    tp, pp, dp = c["tensor_parallel_size"], c.get("pipeline_parallel_size", 1) or 1, c.get("data_parallel_size", 1) or 1
+    total = tp * pp * dp
+    par = f"TP {tp}" + (f" × PP {pp}" if pp > 1 else "")
+    if dp > 1:
+        par = f"DP {dp} replicas × {par}"
+    return (f"{total}× " if total > 1 else "") + f"{c.get('gpu')} ({par})"
+
+
 def headline(d: dict) -> list[tuple[str, str]]:
     c, r, t, s = d["config"], d["requests"], d["throughput"], d["saturation"]
     rows = [
-        ("model", f"{c['model']} on {c.get('gpu')} TP{c['tensor_parallel_size']}"
-                  + (f" PP{c['pipeline_parallel_size']}" if c.get("pipeline_parallel_size", 1) > 1 else "")),
+        ("model", f"{c['model']} on {_gpus(c)}"),
         ("limits", f"max_model_len {c['max_model_len']:,}, max_num_seqs {c['max_num_seqs']:,}, "
                    f"max_num_batched_tokens {c['max_num_batched_tokens']:,}"),
         ("KV cache", f"{c['num_gpu_blocks']:,} blocks x {c['block_size']} tokens, peak usage "

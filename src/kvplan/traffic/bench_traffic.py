@@ -11,6 +11,12 @@ Read from the published wheels (``vllm/benchmarks/serve.py`` and ``datasets.py``
   request up front, sum them (the first request waits its gap too) and rescale the sums so that the
   last request goes out at exactly ``num_prompts / rate``. **0.9.x** sends request 0 at once and
   sleeps one gap after each request (no rescaling: the run's length varies with the seed).
+- ``random`` dataset, **before 0.9** (``vllm bench serve`` of the 0.8.4 and 0.8.5 wheels,
+  ``vllm/benchmarks/serve.py: sample_random_requests``, the same as the repo's
+  ``benchmarks/benchmark_serving.py`` of those releases): ``--random-range-ratio`` r defaults to
+  **1.0** and lengths are drawn in ``[int(L·r), L]`` (r = 1: every prompt exactly L tokens), from
+  the global stream seeded in ``main``: the prefix, the input lengths, the output lengths, the
+  offsets; L is ``random_input_len`` itself (no special tokens subtracted). Arrivals as 0.9.x.
 - ``random`` dataset, **0.9.2 … 0.10.1**: ``np.random.seed(seed)`` again in the dataset; then, from
   that one global stream, the prefix tokens (``randint(0, vocab, prefix_len)`` when > 0), the input
   lengths ``randint(int(L·(1-r)), int(L·(1+r)) + 1, n)`` with ``L = random_input_len - num_special``,
@@ -65,7 +71,8 @@ class BenchTraffic:
     dataset_name: str = "random"
     random_input_len: int = DEFAULT_RANDOM_INPUT_LEN
     random_output_len: int = DEFAULT_RANDOM_OUTPUT_LEN
-    random_range_ratio: float = 0.0
+    #: None: the version's default (0.0 from 0.9, 1.0 before: fixed lengths either way)
+    random_range_ratio: Optional[float] = None
     random_prefix_len: int = 0
     sharegpt_output_len: Optional[int] = None
     ignore_eos: bool = False
@@ -91,8 +98,10 @@ class BenchTraffic:
         if self.dataset_name not in DATASETS:
             raise UsageError(f"--dataset-name {self.dataset_name!r} is not supported (kvplan models "
                              f"{' and '.join(DATASETS)})")
-        if not 0.0 <= self.random_range_ratio < 1.0:
-            raise UsageError(f"--random-range-ratio must be in [0, 1), got {self.random_range_ratio}")
+        # [0, 1] here: before 0.9 the ratio is a lower bound and 1.0 (its default) means fixed lengths;
+        # sample_bench refuses 1.0 for the versions that assert r < 1 (range_ratio_rule)
+        if self.random_range_ratio is not None and not 0.0 <= self.random_range_ratio <= 1.0:
+            raise UsageError(f"--random-range-ratio must be in [0, 1], got {self.random_range_ratio}")
         for name in ("random_input_len", "random_output_len", "random_prefix_len"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must not be negative")
@@ -115,7 +124,7 @@ class BenchTraffic:
         if self.dataset_name == "random":
             ds = f"random {self.random_input_len}/{self.random_output_len}"
             if self.random_range_ratio:
-                ds += f" ±{self.random_range_ratio:g}"
+                ds += f" range ratio {self.random_range_ratio:g}"
             if self.random_prefix_len:
                 ds += f" + {self.random_prefix_len} shared prefix"
         else:
@@ -152,6 +161,14 @@ def _numpy():
         return None
 
 
+def ratio_is_lower_bound(version: tuple[int, ...]) -> bool:
+    """Before 0.9 ``--random-range-ratio`` r drew lengths in [int(L·r), L] with r = 1.0 by default
+    (0.8.4/0.8.5 wheels' vllm/benchmarks/serve.py); from 0.9 in [L(1-r), L(1+r)] with r < 1
+    asserted (datasets.py RandomDataset: "random_range_ratio must be < 1.0 to ensure a valid
+    sampling range")."""
+    return tuple(version) < (0, 9)
+
+
 def legacy_random_rule(version: tuple[int, ...]) -> bool:
     """The random dataset drew from numpy's global generator with int() bounds up to 0.10.1.x."""
     return tuple(version) < (0, 10, 2)
@@ -173,10 +190,20 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
     glob = np.random.RandomState(t.seed) if np is not None else None  # np.random.seed(args.seed)
     py = random.Random(t.seed)
     prefix = 0
+    below = ratio_is_lower_bound(version)
+    ratio = t.random_range_ratio if t.random_range_ratio is not None else (1.0 if below else 0.0)
+    if t.dataset_name == "random" and not below and ratio >= 1.0:
+        raise UsageError(f"--random-range-ratio {ratio:g}: vLLM {'.'.join(map(str, version))}'s bench "
+                         "asserts random_range_ratio must be < 1.0 to ensure a valid sampling range; before 0.9 it was "
+                         "a lower bound and 1.0 (its default) meant fixed lengths: give --vllm-version 0.8.5 for a "
+                         "command of that era")
     if t.dataset_name == "random":
         real = max(0, t.random_input_len - (num_special if tuple(version) >= (0, 9, 2) else 0))
-        r = t.random_range_ratio
-        if legacy:
+        r = ratio
+        if below:
+            lo_i, hi_i = int(real * r), real
+            lo_o, hi_o = int(t.random_output_len * r), t.random_output_len
+        elif legacy:
             lo_i, hi_i = int(real * (1 - r)), int(real * (1 + r))
             lo_o, hi_o = int(t.random_output_len * (1 - r)), int(t.random_output_len * (1 + r))
         else:
@@ -213,8 +240,10 @@ def sample_bench(t: BenchTraffic, *, version: tuple[int, ...], num_special: int,
         outs = [o for _, o in pairs]
     arrivals = arrival_offsets(n, t.request_rate, t.burstiness, glob if glob is not None else py,
                                rescale=tuple(version) >= (0, 10, 0))
-    rule = ("vLLM <= 0.10.1: numpy's global generator, int() bounds" if legacy and t.dataset_name == "random"
+    rule = ("vLLM < 0.9: numpy's global generator, lengths in [int(L·r), L]" if below and t.dataset_name == "random"
+            else "vLLM <= 0.10.1: numpy's global generator, int() bounds" if legacy and t.dataset_name == "random"
             else "vLLM >= 0.10.2: numpy default_rng(seed) for lengths, global generator for arrivals")
+    outs = [max(1, o) for o in outs]  # max_tokens 0 is refused by every version: at least one token
     if t.dataset_name == "sharegpt":
         rule = "kvplan's ShareGPT length model (approximation); arrivals as vLLM draws them"
     return BenchSample(tuple(prompts), tuple(outs), tuple(arrivals), prefix, exact=np is not None, rule=rule)

@@ -37,7 +37,7 @@ BENCH_FLAGS: tuple[Flag, ...] = (
     Flag("random_input_len", ("--random-input-len",), int, None, "vllm bench: 1024."),
     Flag("random_output_len", ("--random-output-len",), int, None, "vllm bench: 128."),
     Flag("random_range_ratio", ("--random-range-ratio",), float, None,
-         "vllm bench: lengths uniform in [L(1-r), L(1+r)] (0)."),
+         "vllm bench: lengths uniform in [L(1-r), L(1+r)] (0); before 0.9 in [L·r, L] (1.0)."),
     Flag("random_prefix_len", ("--random-prefix-len",), int, None, "vllm bench: tokens every prompt shares in front (0)."),
     Flag("sharegpt_output_len", ("--sharegpt-output-len",), int, None, "vllm bench: every ShareGPT request's max_tokens."),
     Flag("ignore_eos", ("--ignore-eos",), bool, None,
@@ -107,6 +107,13 @@ def apply_serve_cmd(text: Optional[str], values: dict[str, Any]) -> tuple[str, .
     return tuple(ps.notes)
 
 
+def _num_or_none(value: Any) -> Optional[float]:
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
 def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optional[str] = None,
                   notes: tuple = ()):
     """The ``make_trace(rate)`` of the traffic flags (``flags``: the command's locals). Also returns
@@ -146,7 +153,17 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
                            input_len=flags.get("input_len"), output_len=flags.get("output_len"),
                            arrival=flags.get("arrival") or "poisson", seed=seed or 0,
                            max_concurrency=given["max_concurrency"], notes=notes), bench_model
-    # aliases: kvplan's older flags mean vLLM bench's in this mode
+    # aliases: kvplan's older flags mean vLLM bench's in this mode; both given with different values
+    # is a contradiction to refuse, not to settle silently
+    for old, new, what in (("rate", "request_rate", "the request rate"),
+                           ("num_requests", "num_prompts", "the request count"),
+                           ("input_len", "random_input_len", "the input length"),
+                           ("output_len", "random_output_len", "the output length")):
+        a = rate if old == "rate" else flags.get(old)
+        b = given[new]
+        if a is not None and b is not None and str(a).strip() != str(b).strip() and _num_or_none(a) != _num_or_none(b):
+            raise UsageError(f"--{old.replace('_', '-')} {a} and --{new.replace('_', '-')} {b} both give {what}: "
+                             "give one of them")
     if given["request_rate"] is None and rate is not None:
         given["request_rate"] = rate
     if given["num_prompts"] is None and flags.get("num_requests") is not None:

@@ -166,7 +166,8 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
              "warm_prompts": t.warm_prompts, "warm_prompt_len": t.warm_prompt_len}
     if t.dataset_name == "random":
         bench.update(random_input_len=t.random_input_len, random_output_len=t.random_output_len,
-                     random_range_ratio=t.random_range_ratio, random_prefix_len=t.random_prefix_len)
+                     random_range_ratio=t.random_range_ratio if t.random_range_ratio is not None else
+                     (1.0 if version < (0, 9) else 0.0), random_prefix_len=t.random_prefix_len)
     elif t.sharegpt_output_len is not None:
         bench["sharegpt_output_len"] = t.sharegpt_output_len
     return Trace(tuple(reqs), t.describe(), max_concurrency=t.max_concurrency, warm_prefixes=warm, bench=bench,

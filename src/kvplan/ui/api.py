@@ -80,6 +80,7 @@ class Uploads:
         self._dir = tempfile.TemporaryDirectory(prefix="kvplan-ui-")
         self.root = Path(self._dir.name)
         self._paths: dict[str, Path] = {}
+        self._log_names: dict[str, str] = {}  # a request log's server path -> the name it was dropped as
 
     def add(self, name: str, data: bytes, kind: str) -> dict:
         if len(data) > MAX_UPLOAD_BYTES:
@@ -93,7 +94,21 @@ class Uploads:
         path = folder / safe
         path.write_bytes(data)
         self._paths[digest] = path
+        if kind == "log":
+            self._log_names[str(path)] = Path(name or "upload").name
         return {"id": f"upload:{digest}", "name": Path(name or "upload").name, "bytes": len(data)}
+
+    def public(self, answer: Any) -> Any:
+        """``answer`` with every uploaded log's server path replaced by the name it was dropped as:
+        the page shows "cs.jsonl.gz", never this server's temporary folder."""
+        if not self._log_names:
+            return answer
+        import json
+
+        text = json.dumps(answer)
+        for path, name in self._log_names.items():
+            text = text.replace(json.dumps(path)[1:-1], json.dumps(name)[1:-1])
+        return json.loads(text)
 
     def path(self, token: str, flag: str) -> str:
         m = _UPLOAD_ID.match(token)
@@ -215,15 +230,9 @@ def has_tokenizer(model: str | None) -> bool:
 @lru_cache(maxsize=1)
 def models_json() -> list[dict]:
     """``kvplan models --format json`` (the catalog)."""
-    from ..models import catalog, load_model
-    from ..models.params import count_params
+    from ..memory.listing import catalog_rows
 
-    rows = []
-    for entry in catalog.entries():
-        spec = load_model(entry.id)
-        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
-                     "summary": spec.describe()})
-    return rows
+    return catalog_rows()
 
 
 @lru_cache(maxsize=1)

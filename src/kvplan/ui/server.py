@@ -90,7 +90,8 @@ def _command_handler(command: str, fn: Callable) -> Callable:
             argv = await _argv(request, command)
         except UsageError as exc:
             return _error(str(exc), 400)
-        return await _run(fn, argv)
+        uploads = request.app[UPLOADS]
+        return await _run(lambda: uploads.public(fn(argv)))
 
     return handler
 

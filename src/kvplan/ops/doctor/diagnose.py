@@ -7,6 +7,7 @@ own figures, so a fix for run 2 never uses run 1's KV memory.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -188,7 +189,9 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
             errors += 1
         for key, pattern in (("kv_v1", sig.KV_TOO_SMALL_V1), ("kv_v0", sig.KV_TOO_SMALL_V0), ("no_blocks", sig.NO_BLOCKS),
                              ("negative_kv", sig.NEGATIVE_KV), ("free", sig.FREE_MEMORY), ("oom", sig.OOM),
-                             ("preempt_v0", sig.PREEMPT_V0), ("http_400", sig.HTTP_400)):
+                             ("preempt_v0", sig.PREEMPT_V0), ("http_400", sig.HTTP_400),
+                             ("batch_below_len", sig.SCHED_BATCH_BELOW_LEN), ("batch_below_seqs", sig.SCHED_BATCH_BELOW_SEQS),
+                             ("block_choice", sig.BLOCK_SIZE_CHOICE), ("block_kernel", sig.NO_COMMON_BLOCK_SIZE)):
             m = pattern.search(line)
             if m:
                 hits.setdefault(key, []).append((i, m))
@@ -297,6 +300,7 @@ def _diagnose_run(run: _Run, coverage: fx.Coverage) -> tuple[RunSummary, list[Fi
         found.append(Finding("tp_not_divisible", "error", f"{what} ({value}) not divisible by tensor parallel size {tp}",
                              _evs(run, [i]), (("value", value), ("tensor_parallel_size", tp), ("what", what)),
                              fx.tp_divisible(value, tp)))
+    found.extend(_config_refused(run, hits))
     if hits.get("http_400") and not hits.get("too_long"):
         n400 = len(hits["http_400"])
         run.collect.append(f"{n400} request(s) answered HTTP 400 ({run.file}:{hits['http_400'][0][0] + 1}); the server log "
@@ -464,3 +468,23 @@ def _queueing(run: _Run, rows: list[tr.StatsLine], coverage: fx.Coverage) -> lis
                              "cache, not compute, caps how many run at once",
                              _evs(run, [r.index for r in full]), kv_nums, fx.ranked(kv_fix)))
     return found
+
+
+def _config_refused(run: _Run, hits: dict) -> list[Finding]:
+    """vLLM's config checks (SchedulerConfig._verify_args, the block-size choices / kernels): one
+    finding per kind, with vLLM's numbers and the flag changes that pass the check."""
+    out = []
+    for key in ("batch_below_seqs", "batch_below_len", "block_choice", "block_kernel"):
+        for i, m in hits.get(key, [])[:1]:
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            if key == "block_choice":  # the accepted sizes, as vLLM's parser lists them
+                listed = re.search(r"choose from ([0-9][0-9, ]*)\)", run.lines[i])
+                groups["choices"] = listed.group(1) if listed else ""
+            nums = tuple((k, int(sig.num(v)) if k != "choices" else v) for k, v in groups.items())
+            title = {"batch_below_seqs": "max_num_batched_tokens below max_num_seqs",
+                     "batch_below_len": "max_num_batched_tokens below max_model_len without chunked prefill",
+                     "block_choice": "a --block-size vLLM's argument parser does not accept",
+                     "block_kernel": "a --block-size no attention kernel supports"}[key]
+            out.append(Finding("config_refused", "error", f"vLLM refused its configuration: {title}", _evs(run, [i]),
+                               (("check", key), *nums), fx.config_refused(key, groups)))
+    return out

@@ -230,3 +230,35 @@ def slow_start(phases: dict[str, float]) -> tuple[Fix, ...]:
                          f"torch.compile's cache skips ≈ {phases['compile']:.0f} s on the next start", "operational"))
         fixes.append(Fix("--enforce-eager", "no compile and no graph capture (slower decode)", "throughput"))
     return ranked(fixes)
+
+
+def config_refused(check: str, numbers: dict) -> tuple[Fix, ...]:
+    """The flag changes that pass the check vLLM refused (its own rule, so no memory prediction)."""
+    n = {k: int(v.replace(",", "")) for k, v in numbers.items() if k != "choices" and v}
+    fixes: list[Fix] = []
+    if check == "batch_below_seqs":
+        fixes.append(Fix(f"--max-num-batched-tokens {n['seqs']}", "a step's token budget of at least one token per "
+                         "running sequence, as vLLM requires", "free", (("max_num_batched_tokens", n["seqs"]),)))
+        fixes.append(Fix(f"--max-num-seqs {n['batched']}", "no more running sequences than the step's tokens",
+                         "throughput", (("max_num_seqs", n["batched"]),)))
+    elif check == "batch_below_len":
+        fixes.append(Fix("--enable-chunked-prefill", "prompts longer than the step's budget are prefilled in chunks",
+                         "free"))
+        fixes.append(Fix(f"--max-num-batched-tokens {n['max_len']}", "one step holds a whole max-length prompt",
+                         "free", (("max_num_batched_tokens", n["max_len"]),)))
+        cost, price = shorter_context_cost(None, n["max_len"], n["batched"])
+        fixes.append(Fix(f"--max-model-len {n['batched']}", "no prompt longer than the step's budget", cost,
+                         (("max_model_len", n["batched"]),), price=price))
+    elif check == "block_choice":
+        choices = sorted(int(c) for c in numbers.get("choices", "").replace(" ", "").split(",") if c.isdigit())
+        block = n["block"]
+        if choices:
+            near = min(choices, key=lambda c: (abs(c - block), -c))
+            fixes.append(Fix(f"--block-size {near}", f"the accepted size nearest {block} (vLLM accepts "
+                             f"{', '.join(map(str, choices))})", "free", (("block_size", near),)))
+    elif check == "block_kernel":
+        block = n["block"]
+        near = max(16, round(block / 16) * 16)
+        fixes.append(Fix(f"--block-size {near}", "a multiple of 16, which FlashAttention's kernels take (or leave "
+                         "--block-size out: vLLM picks its backend's size)", "free", (("block_size", near),)))
+    return ranked(fixes)

@@ -91,6 +91,8 @@ def analyse(where: str, p: Points, th: Thresholds, step: float, util: Optional[f
             tuple(_ev(where, w, f"{_dur(w)}: {w.numbers['count']:g} preemption(s)") for w in bursts[:MAX_RANGES]),
             (("preemptions", int(total)), ("bursts", len(bursts)), ("source", "prometheus"))))
     for key, pts, limit in (("e2e_p99", p.e2e_p99, th.e2e_p99), ("ttft_p99", p.ttft_p99, th.ttft_p99)):
+        if limit is None:
+            continue  # no latency threshold given: there is no default that fits every deployment
         tails = H.windows(pts, lambda v, lim=limit: math.isfinite(v) and v > lim, step)
         if tails:
             found.append(Finding(
@@ -113,7 +115,9 @@ def analyse(where: str, p: Points, th: Thresholds, step: float, util: Optional[f
                                + (f" (+{(last - first) / minutes:,.0f} MiB/min)" if growing and w.end > w.start else "")),),
                 (("gpu", gpu), ("outside_budget_mib_first", round(first, 1)), ("outside_budget_mib_last", round(last, 1)),
                  ("outside_budget_mib_max", round(w.peak, 1)), ("growing", growing), ("gpu_memory_utilization", util),
-                 ("margin", th.gpu_budget_margin)),
+                 # the threshold in the numbers' own unit (MiB), and the share of the total it is
+                 ("margin_mib", round(th.gpu_budget_margin * tot[w.start] if w.start in tot else 0.0, 1)),
+                 ("margin_share_of_total", th.gpu_budget_margin)),
                 collect_next=("nvidia-smi on the host: which process holds the memory outside vLLM",)))
     restarts = [(b[0], b[1]) for a, b in zip(p.start_time, p.start_time[1:]) if b[1] != a[1]]
     reset_at = [b[0] for a, b in zip(p.requests, p.requests[1:]) if b[1] < a[1]]

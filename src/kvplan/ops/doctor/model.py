@@ -17,6 +17,7 @@ FINDING_IDS: dict[str, str] = {
     "preemption": "requests preempted for lack of KV-cache space",
     "request_too_long": "requests rejected because prompt + max_tokens exceed max_model_len",
     "tp_not_divisible": "the model's heads (or another dimension) are not divisible by the tensor-parallel size",
+    "config_refused": "vLLM's own config checks refused a flag before start-up (scheduler limits, block size)",
     "slow_start": "a slow start-up (weights download/load, torch.compile, CUDA graph capture)",
     "lora_config": "vLLM refused the LoRA flags (max_cpu_loras, max_lora_rank, vocabulary, CPU offload)",
     "lora_adapter_rank": "an adapter's rank is above --max-lora-rank",

@@ -22,6 +22,12 @@ KV_TOO_SMALL_V0 = et.KV_TOO_SMALL_V0.pattern
 NO_BLOCKS = et.NO_BLOCKS.pattern
 # _get_and_verify_max_len (config/model.py): --max-model-len above what the model's config.json allows.
 MAX_LEN_ABOVE_DERIVED = et.MAX_LEN_ABOVE_DERIVED.pattern
+# vLLM's config checks that refuse a flag before anything starts (admission.scheduler_config_errors,
+# admission.block_size_refused write the same templates)
+SCHED_BATCH_BELOW_LEN = et.SCHED_BATCH_BELOW_LEN.pattern
+SCHED_BATCH_BELOW_SEQS = et.SCHED_BATCH_BELOW_SEQS.pattern
+BLOCK_SIZE_CHOICE = et.BLOCK_SIZE_CHOICE.pattern
+NO_COMMON_BLOCK_SIZE = et.NO_COMMON_BLOCK_SIZE.pattern
 NEGATIVE_KV = re.compile(r"Available KV cache memory:\s*(?P<gib>-[0-9.]+)\s*GiB|kv_cache_size=(?P<v0>-[0-9.]+)\s*GiB"
                          r"|(?:#\s*)?(?:GPU|cuda) blocks:\s*0\b")
 FREE_MEMORY = et.FREE_MEMORY.pattern

@@ -199,7 +199,8 @@ function renderPlan(p) {
       fix.append("Fix: ", el("button", { type: "button", class: "apply", onclick: () => { $("mml").value = String(st.suggested_max_model_len); onPlanInput(); } },
         `--max-model-len ${st.suggested_max_model_len}`));
     }
-    const ok = p.what_if.filter((w) => w.ok);
+    // above the model's own limit only a shorter max_model_len helps: memory what-ifs (fp8, TP, utilisation) do not
+    const ok = st.error_kind === "max_model_len_above_derived" ? [] : p.what_if.filter((w) => w.ok);
     if (ok.length) {
       fix.append(st.suggested_max_model_len ? " or " : "Fix: ");
       ok.slice(0, 3).forEach((w, i) => { if (i) fix.append(" · "); fix.append(whatIfButton(w)); });
@@ -233,6 +234,10 @@ function renderPlan(p) {
   renderSlider(p);
   drawMemory($("mem-stack"), p);
   drawCapacity($("cap-curve"), p);
+  // kvplan plan's title (report/_common): rows planned at the fallback length say so
+  $("whatifs-title").textContent = p.what_if_at_fallback_length
+    ? `What if (each row planned at --max-model-len ${fmtInt(p.what_if_max_model_len)}, the fallback length: ${fmtInt(p.flags.max_model_len)} fails)`
+    : "What if";
   const tb = clear($("whatifs").tBodies[0]);
   for (const w of p.what_if) {
     tb.append(el("tr", { class: w.ok ? "" : "bad" }, el("td", {}, whatIfButton(w)), el("td", {}, w.ok ? "yes" : "no"),
@@ -556,6 +561,7 @@ function renderCompare() {
     tb.append(tr);
   }
   $("compare-empty").hidden = state.compare.length > 0;
+  t.hidden = state.compare.length === 0;  // an empty tray is its hint, not a column of row headers
 }
 
 // ---------- uploads ----------
