@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvplan-installed
 
-.PHONY: demo lint test test-fast test-explore vllm-env promtool chromium bench clean
+.PHONY: demo lint test test-fast test-explore vllm-env promtool chromium bench readme clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ test-explore: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/plan_startup.py
+
+# README.md's command outputs and figures regenerated (tests/test_readme_numbers.py fails, with the diff,
+# when they are stale); README_SLOW=1 also re-runs the two tune searches it quotes (minutes).
+readme: $(STAMP)
+	$(PY) scripts/readme_numbers.py --write $(if $(README_SLOW),--slow)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

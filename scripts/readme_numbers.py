@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if fresh != current:
         sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), fresh.splitlines(True), "README.md",
                                                    "README.md (regenerated)"))
-        print("\nREADME.md is stale: run python scripts/readme_numbers.py --write", file=sys.stderr)
+        print("\nREADME.md is stale: run make readme (python scripts/readme_numbers.py --write)", file=sys.stderr)
         return 1
     print("README.md: every generated number is current")
     return 0

@@ -29,7 +29,7 @@ def test_readme_numbers_are_what_the_commands_print_today():
     current = (ROOT / "README.md").read_text(encoding="utf-8")
     fresh = script.render(current)
     diff = "".join(difflib.unified_diff(current.splitlines(True), fresh.splitlines(True), "README.md", "regenerated"))
-    assert fresh == current, "README.md is stale: run python scripts/readme_numbers.py --write\n" + diff
+    assert fresh == current, "README.md is stale: run make readme (python scripts/readme_numbers.py --write)\n" + diff
 
 
 def test_the_tune_answers_are_stored_with_their_commands():
