@@ -80,18 +80,39 @@ IDENTICAL = tuple(Req(f"I{i}", 0.0, 1000, 500) for i in range(4))
 QUEUE_GATE_TIMEOUT_S = 30.0
 
 
-def _wait_for(base_url: str, what: str, condition, timeout: float = QUEUE_GATE_TIMEOUT_S) -> dict:
+#: How often the waves burst is sent again when the host was too slow to put its queue in place
+#: before the blockers finished (a fresh-clone CI run: W0-W2 queued, the blockers done before
+#: the gauges showed W3; the idle host needs ~0.4 s for the queue against ~2.1 s of blockers).
+BURST_ATTEMPTS = 3
+
+
+class PremiseBroken(Exception):
+    """The burst's setup did not happen (the blockers finished before the queue was in place):
+    nothing about the scheduler was measured, so the burst is sent again, not judged."""
+
+
+def _wait_for(base_url: str, what: str, condition, timeout: float = QUEUE_GATE_TIMEOUT_S,
+              broken=lambda: None) -> dict:
     """Poll the server's scheduler gauges until ``condition(running, waiting)`` holds; fail naming
-    ``what`` and the last gauges when it does not within ``timeout``."""
+    ``what`` and the last gauges when it does not within ``timeout``; raise PremiseBroken as soon
+    as ``broken()`` names why the condition can no longer come."""
     deadline = time.monotonic() + timeout
     while True:
         m = scrape_metrics(base_url)
         gauges = {"running": m.get("vllm:num_requests_running"), "waiting": m.get("vllm:num_requests_waiting")}
         if condition(gauges["running"], gauges["waiting"]):
             return gauges
+        why = broken()
+        if why:
+            raise PremiseBroken(f"{why} before the server showed {what} (last gauges: {gauges})")
         if time.monotonic() > deadline:
             pytest.fail(f"the server did not show {what} within {timeout} s (last gauges: {gauges})")
         time.sleep(0.005)
+
+
+def _wait_idle(base_url: str, timeout: float = 120.0) -> None:
+    """Until the server runs and queues nothing (a broken burst's requests have all finished)."""
+    _wait_for(base_url, "an idle scheduler", lambda running, waiting: running == 0 and waiting == 0, timeout)
 
 
 def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: float = 150.0,
@@ -133,26 +154,53 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
             out[r.name] = Outcome(r.name, res.ok, bool(res.error and "-> 400" in res.error), first,
                                   res.completion_tokens, res.error)
 
+    broken: Optional[PremiseBroken] = None
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(reqs)) as pool:
         futs = [pool.submit(one, i, r) for i, r in enumerate(reqs)]
         try:
             if queued:
-                ahead = sum(1 for r in reqs if r.name not in gates and r.at_s <= min(
-                    q.at_s for q in reqs if q.name in gates))
+                first_queued = min(q.at_s for q in reqs if q.name in gates)
+                ahead_names = [r.name for r in reqs if r.name not in gates and r.at_s <= first_queued]
+                ahead = len(ahead_names)
+
+                def blockers_done() -> Optional[str]:
+                    with lock:
+                        done = [n for n in ahead_names if n in out]
+                    return f"{', '.join(done)} finished" if done else None
+
                 _wait_for(base_url, f"the {ahead} requests ahead of the queue running",
-                          lambda running, waiting: running >= ahead and waiting == 0)
+                          lambda running, waiting: running >= ahead and waiting == 0, broken=blockers_done)
                 for k, name in enumerate(queued):
                     gates[name].set()
                     _wait_for(base_url, f"{name} waiting (the queue's request {k + 1})",
-                              lambda running, waiting, n=k + 1: waiting >= n)
+                              lambda running, waiting, n=k + 1: waiting >= n, broken=blockers_done)
+        except PremiseBroken as e:
+            broken = e
         finally:
             for gate in gates.values():
                 gate.set()  # never leave a thread parked (a failed gate fails the test above)
         concurrent.futures.wait(futs, timeout=timeout + 30)
         for f in futs:
             f.result(timeout=0)
+    if broken is not None:
+        _wait_idle(base_url)
+        raise broken
     after = scrape_metrics(base_url).get("vllm:num_preemptions_total")
     return [out[r.name] for r in reqs], after - before, sent_at
+
+
+def run_queued_burst(base_url: str, reqs: tuple[Req, ...], queued: tuple[str, ...],
+                     attempts: int = BURST_ATTEMPTS) -> tuple[list[Outcome], float, dict[str, float]]:
+    """run_burst, sent again (at most ``attempts`` times in all) while its premise breaks; the
+    reasons are printed so a CI log shows how often the host was too slow."""
+    reasons = []
+    for _ in range(attempts):
+        try:
+            return run_burst(base_url, reqs, queued=queued)
+        except PremiseBroken as e:
+            reasons.append(str(e))
+            print(f"[sim fidelity] burst sent again: {e}")
+    pytest.fail(f"the burst's queue was never in place before its blockers finished ({attempts} tries): {reasons}")
 
 
 def real_first_token_order(outcomes: list[Outcome]) -> list[str]:
@@ -297,7 +345,7 @@ def plan_and_profile(fidelity_server, tiny_llama_model):
 
 def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, capsys):
     req, profile = plan_and_profile
-    outcomes, real_pre, sent_at = run_burst(fidelity_server.base_url, WAVES, queued=QUEUE)
+    outcomes, real_pre, sent_at = run_queued_burst(fidelity_server.base_url, WAVES, QUEUE)
     by = {o.name: o for o in outcomes}
     assert by["R"].status_400 and not by["R"].ok, by["R"]  # vLLM's API rejects a prompt over max_model_len
     served = [o for o in outcomes if o.name != "R"]
