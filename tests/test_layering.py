@@ -42,7 +42,7 @@ BUILDS_ON: dict[str, set[str]] = {
     "report": {"sim", "bench", "tune"},  # renders their results
     "ops": {"bench"},
     "preflight": {"ops", "report", "sim", "bench"},
-    "ui": {"sim"},  # the web page: a front end over the library, as cli is
+    "ui": {"sim", "tune"},  # the web page: a front end over the library, as cli is (its sizing view is tune's)
     "cli": {"preflight", "tune", "ui"},  # `kvplan ui` starts the page; the page never imports cli
     "": {"memory"},  # kvplan/__init__.py: the public API, re-exported from the packages below; cli reads its __version__
 }

@@ -407,3 +407,51 @@ def test_bad_input_gets_a_message_and_the_page_keeps_working(chromium):
     assert "no usable record" in broken, broken
     ref = cli_json("plan", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "H100-SXM5-80GB", "-tp", "2")
     assert still == ("\n".join(ref["kv"]["log_lines"]), True)
+
+
+def test_sizing_view_answers_per_gpu_type_as_tune_does(chromium):
+    """The "How many GPUs" view: per GPU type the fewest GPUs that carry the rate (`kvplan tune --gpus
+    auto`, the same JSON), the cost, a saturation curve, the launch; the link reopens the view."""
+
+    async def scenario(page: Page, url: str):
+        await page.goto(url)
+        await page.set("model", "qwen2.5-0.5b")
+        await page.js("document.getElementById('tab-traffic').click()")
+        for element_id, value in (("in-len", "256"), ("out-len", "64"), ("slo-ttft", "500")):
+            await page.set(element_id, value)
+        await page.js("document.getElementById('tab-sizing').click()")
+        for element_id, value in (("size-rate", "40"), ("size-gpus", "L4,H100"), ("size-lb", "round_robin"),
+                                  ("size-prices", "L4=0.7,H100=2.5")):
+            await page.set(element_id, value)
+        await page.js("document.getElementById('run-size').click()")
+        await page.wait("document.body.dataset.sizeDone === '1'", timeout=300, what="the sizing answer")
+        argv = json.loads(await page.js("document.body.dataset.sizeArgv"))
+        rows = await page.js("Array.from(document.querySelectorAll('#size-table tbody tr'))"
+                             ".map(r => [r.dataset.gpu, r.dataset.gpus, r.innerText])")
+        shown = {"verdict": await page.js("document.getElementById('size-verdict').dataset.gpus"),
+                 "curves": await page.js("document.querySelectorAll('#size-curve polyline').length"),
+                 "launch": await page.text("size-launch"), "error": await page.text("error"),
+                 "cli": await page.text("cli-cmd")}
+        await page.screenshot("ui-sizing.png")
+        await page.goto(await page.js("location.href"))
+        await page.wait("document.body.dataset.ready === '1'", what="the page reopened from the link")
+        reopened = (await page.js("document.getElementById('view-sizing').hidden"),
+                    await page.js("document.getElementById('size-gpus').value"),
+                    await page.js("document.getElementById('size-lb').value"))
+        return argv, rows, shown, reopened, page.errors
+
+    argv, rows, shown, reopened, errors = in_browser(chromium, scenario)
+    assert errors == [], errors
+    assert reopened == (False, "L4,H100", "round_robin"), reopened
+    assert argv[:2] == ["--model", "qwen2.5-0.5b"] and "--gpus" in argv and "auto" in argv
+    assert shown["error"] == "" and shown["cli"].startswith("kvplan tune --model qwen2.5-0.5b")
+    ref = cli_json("tune", *argv)
+    want = {s["gpu"]: s for s in ref["per_gpu_type"]}
+    assert [r[0] for r in rows] == [s["gpu"] for s in ref["per_gpu_type"]]
+    for gpu, gpus, text in rows:
+        s = want[gpu]
+        assert gpus == ("" if s["gpus"] is None else str(s["gpus"])), (gpu, gpus, s["gpus"])
+        if s["cost"].get("usd_per_hour") is not None:
+            assert f"${s['cost']['usd_per_hour']:,.2f}" in text, text
+    assert shown["verdict"] == str(ref["winner"]["gpus"])
+    assert shown["curves"] >= 1 and "vllm serve" in shown["launch"]

@@ -35,6 +35,8 @@ def preflight_cmd(
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="The production rate; the load test runs at "
                                                "this x --load-factor."),
     load_factor: Optional[float] = typer.Option(None, "--load-factor", help="Headroom of the load test (default 1.5)."),
+    gpu_price: Optional[str] = typer.Option(None, "--gpu-price", help="USD per GPU-hour (A100-80GB=1.8,... or a JSON "
+                                            "file) [the shipped on-demand list]."),
     slo: Optional[str] = typer.Option(None, "--slo", help="Gates, e.g. ttft_p99=2s,e2e_p99=30s,error_rate=0."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Load-test duration (default 5m)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="The max_tokens the clients send (default: "
@@ -147,6 +149,7 @@ def _options(v: dict):
         baseline=v.get("baseline"), dry_run=bool(v.get("dry_run")), output_dir=Path(out) if out else None,
         max_tokens=v.get("max_tokens"), history_turns=v.get("history_turns"), history_tokens=v.get("history_tokens"),
         percentile=float(v.get("percentile") or 99.0), estimate=v.get("estimate"), strict=bool(v.get("strict")),
+        gpu_price=v.get("gpu_price"),
     ).validate()
 
 

@@ -52,6 +52,14 @@ def tune_cmd(
     except UsageError as exc:
         typer.echo(f"kvplan: error: {exc}", err=True)
         raise typer.Exit(2)
+    from ..tune.sizing import Sizing
+
+    if isinstance(result, Sizing):
+        if result.winner is None:
+            typer.echo(f"kvplan tune: no fleet of up to {result.max_gpus} GPUs carries {result.target_rate:g} req/s "
+                       "within the SLO", err=True)
+            raise typer.Exit(1)
+        return
     if not result.ok:
         c = result.closest
         if c is None:

@@ -19,7 +19,7 @@ from .budget import BudgetTerms
 from .borderline import SETTLE, error_band_bytes, is_borderline
 from .defaults import entrypoint_kind
 from .kv_specs import kv_spec_for
-from .launch import display, multi_node, serve_argv, serve_yaml
+from .launch import data_parallel_launch, display, multi_node, serve_argv, serve_yaml
 from .request import PlanRequest
 from .lora import lora_memory
 from .offload import num_cpu_blocks, swap_space_bytes
@@ -96,8 +96,12 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
     tensor_parallel_size, pipeline_parallel_size = config.tensor_parallel_size, config.pipeline_parallel_size
     data_parallel_size, world_size = config.data_parallel_size, config.world_size
     nodes = -(-world_size // req.gpus_per_node)
+    if world_size <= req.gpus_per_node:  # replicas share a node: as many as fit side by side
+        nodes = -(-data_parallel_size // (req.gpus_per_node // world_size))
+    else:
+        nodes *= data_parallel_size
     parallel = ParallelInfo(tensor_parallel_size, pipeline_parallel_size, data_parallel_size, world_size,
-                            world_size * data_parallel_size, req.gpus_per_node, nodes * data_parallel_size)
+                            world_size * data_parallel_size, req.gpus_per_node, nodes)
     naive = _naive(config, max_model_len, blocks)
     what_if_rows = _what_ifs(replace(req, max_model_len=run_len), config.gpu_memory_utilization,
                              config.kv_cache_dtype.name, replan, sem) if what_ifs else ()
@@ -119,6 +123,9 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         serve_command_starts=serve_starts, what_if_max_model_len=run_len if what_ifs else None,
         what_if_at_fallback_length=bool(what_ifs and run_len != max_model_len),
         derived_max_model_len=int(config.derived_max_model_len), headroom=room,
+        dp_launch=data_parallel_launch(argv, tp=tensor_parallel_size, pp=pipeline_parallel_size,
+                                       dp=data_parallel_size, gpus_per_node=req.gpus_per_node,
+                                       version=tuple(sem.version)),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Optional
 
-from .result import MultiNode
+from .result import DataParallelLaunch, MultiNode
 
 
 def serve_argv(model_id: str, flags: dict[str, Any]) -> list[str]:
@@ -66,3 +66,72 @@ def multi_node(argv: list[str], tp: int, pp: int, gpus_per_node: int) -> Optiona
 
 def display(argv: list[str] | tuple[str, ...]) -> str:
     return shlex.join(list(argv))
+
+
+#: vLLM's multi-node data parallel flags (--data-parallel-size-local, --data-parallel-address,
+#: --data-parallel-rpc-port, --headless, --data-parallel-start-rank): read in the 0.9.2, 0.10.1.1,
+#: 0.11.0, 0.14.0, 0.19.0 and 0.33.0 wheels (engine/arg_utils.py, entrypoints/cli/serve.py); 0.8.5
+#: has none of them.
+MULTI_NODE_DP_SINCE = (0, 9)
+DP_RPC_PORT = 13345
+
+
+def data_parallel_launch(argv: list[str], *, tp: int, pp: int, dp: int, gpus_per_node: int,
+                         version: tuple = (0, 33), balancer: str = "vllm") -> Optional[DataParallelLaunch]:
+    """How ``dp`` replicas of ``argv`` (a ``vllm serve`` line with its ``--data-parallel-size``)
+    start: ``balancer`` ``vllm`` from 0.9 is vLLM's own DP (one serve per node, the head's API
+    servers balancing over every rank); any other balancer, or an older vLLM, is ``dp``
+    independent ``vllm serve`` (one per replica, ``CUDA_VISIBLE_DEVICES`` apart) behind it."""
+    if dp <= 1:
+        return None
+    world = tp * pp
+    base = _without_dp(list(argv))
+    if world > gpus_per_node:  # a replica spans nodes: one Ray cluster per replica
+        nodes_each = -(-world // gpus_per_node)
+        cmds = tuple((f"replica {i + 1} (a Ray cluster of {nodes_each} nodes)",
+                      tuple(base + ["--distributed-executor-backend", "ray"])) for i in range(min(dp, 2)))
+        return DataParallelLaunch("independent-replicas", dp, nodes_each * dp, 0, world, cmds,
+                                  f"{dp} replicas of {world} GPUs, each its own Ray cluster of {nodes_each} nodes, "
+                                  f"behind the {balancer} load balancer ({nodes_each * dp} nodes in all)")
+    per_node = max(1, gpus_per_node // world)
+    nodes = -(-dp // per_node)
+    if balancer == "vllm" and tuple(version[:2]) >= MULTI_NODE_DP_SINCE:
+        if nodes == 1:
+            return DataParallelLaunch("vllm-single-node", dp, 1, dp, world, (("the node", tuple(argv)),),
+                                      f"{dp} replicas of {world} GPUs on one node: vLLM's own balancer")
+        cmds = []
+        for k in range(nodes):
+            local = min(per_node, dp - k * per_node)
+            common = ["--data-parallel-size", str(dp), "--data-parallel-size-local", str(local),
+                      "--data-parallel-address", "HEAD_IP", "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+            if k == 0:
+                cmds.append(("node 1 (head: API servers + ranks 0.."f"{local - 1})", tuple(base + common)))
+            else:
+                start = k * per_node
+                cmds.append((f"node {k + 1} (ranks {start}..{start + local - 1})",
+                             tuple(base + ["--headless"] + common + ["--data-parallel-start-rank", str(start)])))
+        return DataParallelLaunch("vllm-multi-node", dp, nodes, per_node, world, tuple(cmds),
+                                  f"{dp} replicas of {world} GPUs need {nodes} nodes of {gpus_per_node} GPUs: one "
+                                  f"`vllm serve` per node, the head's API servers balancing over all {dp} ranks "
+                                  "(vLLM's multi-node data parallel); the others --headless (HEAD_IP: the head node's address)")
+    cmds = []
+    for i in range(min(per_node, dp)):
+        devices = ",".join(str(i * world + g) for g in range(world))
+        cmds.append((f"each node, replica {i + 1} of {per_node}",
+                     ("env", f"CUDA_VISIBLE_DEVICES={devices}") + tuple(base + ["--port", str(8000 + i)])))
+    return DataParallelLaunch("independent-replicas", dp, nodes, per_node, world, tuple(cmds),
+                              f"{dp} independent `vllm serve` of {world} GPUs, {per_node} per node on {nodes} nodes, "
+                              f"behind the {balancer} load balancer (every replica's host:port is a backend)")
+
+
+def _without_dp(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--data-parallel-size":
+            skip = True
+            continue
+        out.append(a)
+    return out

@@ -268,6 +268,21 @@ class Headroom:
 
 
 @dataclass(frozen=True)
+class DataParallelLaunch:
+    """How N replicas start across nodes: vLLM's own multi-node data parallel (one ``vllm serve``
+    per node: the head's API servers and engines, ``--headless`` engines on the others) or N
+    independent ``vllm serve`` behind an external load balancer."""
+
+    mode: str  # "vllm-multi-node" | "vllm-single-node" | "independent-replicas"
+    replicas: int
+    nodes: int
+    replicas_per_node: int
+    gpus_per_replica: int
+    commands: tuple[tuple[str, tuple[str, ...]], ...]  # (where, argv)
+    note: str
+
+
+@dataclass(frozen=True)
 class PlanResult:
     vllm_semantics: str
     engine: str
@@ -295,9 +310,13 @@ class PlanResult:
     derived_max_model_len: Optional[int] = None
     #: the memory left outside vLLM's budget, judged by the one headroom rule (None on CPU)
     headroom: Optional[Headroom] = None
+    #: with data parallelism: how the replicas start across nodes (vLLM's multi-node DP by default)
+    dp_launch: Optional[DataParallelLaunch] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d.get("dp_launch") is None:
+            d.pop("dp_launch", None)
         for group in d["kv"]["groups"]:
             del group["spec"]  # behaviour, not a figure
         d["schema_version"] = SCHEMA_VERSION

@@ -27,6 +27,7 @@ PREFLIGHT_KEYS: dict[str, tuple[type, ...]] = {
     "dry_run": (bool,), "output_dir": (str,), "format": (str,), "max_tokens": (int,), "history_turns": (int,),
     "history_tokens": (int,), "percentile": _NUM, "strict": (bool,), "estimate": (bool,),
     "startup_timeout": (str, int, float), "request_timeout": (str, int, float),
+    "gpu_price": (str,),
 }
 KNOWN_KEYS = {**PLAN_KEYS, **PREFLIGHT_KEYS}
 

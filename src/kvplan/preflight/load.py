@@ -44,6 +44,16 @@ class LoadRun:
     def mean_e2e(self) -> Optional[float]:
         return (self.latency_s.get("e2e") or {}).get("mean")
 
+    @property
+    def saturated(self) -> bool:
+        """The run's backlog grows without bound (the simulator's verdict; a measured run has none)."""
+        return bool((self.saturation or {}).get("saturated")) if isinstance(self.saturation, dict) else False
+
+    @property
+    def replicas(self) -> int:
+        """The data-parallel replicas the run was spread over (a simulated fleet's; 1 otherwise)."""
+        return int(((self.raw or {}).get("fleet") or {}).get("replicas") or 1)
+
 
 def from_bench(d: dict, source: str) -> LoadRun:
     srv = d.get("server") or {}

@@ -37,6 +37,7 @@ class PreflightOptions:
     percentile: float = 99.0
     estimate: Optional[bool] = None  # kvplan.workload.analysis.estimator_for: None = the one rule
     strict: bool = False
+    gpu_price: Optional[str] = None  # --gpu-price (kvplan.hardware.prices)
     # bench knobs a test may tighten (never needed on the command line)
     bench_timeout_s: float = 120.0
     profile_timeout_s: float = 600.0
@@ -87,4 +88,5 @@ class PreflightOptions:
                 "vllm_args": list(self.vllm_args), "baseline": self.baseline, "dry_run": self.dry_run,
                 "output_dir": str(self.output_dir) if self.output_dir else None, "max_tokens": self.max_tokens,
                 "history_turns": self.history_turns, "history_tokens": self.history_tokens,
-                "percentile": self.percentile, "strict": self.strict}
+                "percentile": self.percentile, "strict": self.strict,
+                "gpu_price": self.gpu_price}

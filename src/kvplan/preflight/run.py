@@ -227,10 +227,17 @@ def _needed_concurrency(run: Optional[LoadRun], lengths, opts: PreflightOptions)
     if opts.target_qps is None:
         return None, "no --target-qps: the concurrency needed is unknown"
     rate = opts.load_rate
+    if run is not None and run.mean_e2e is not None and run.saturated:
+        # a backlog that grows has no steady E2E: Little's law does not apply (load_queue sizes the replicas)
+        return None, (f"the load run at {rate:g} req/s is saturated: its requests in flight grow without bound and "
+                      "its E2E is the queue's, so Little's law gives no concurrency (load_queue's fixes size the "
+                      "replicas)")
     if run is not None and run.mean_e2e is not None:
         what = "simulated" if run.simulated else "measured"
         peak = f"; peak running in the run: {run.peak_running:,.0f}" if run.peak_running is not None else ""
-        return rate * run.mean_e2e, f"{rate:g} req/s x {run.mean_e2e:.3f} s mean E2E ({what}){peak}"
+        dp = max(1, getattr(run, "replicas", 1) or 1)
+        per = f", / {dp} replicas" if dp > 1 else ""
+        return rate * run.mean_e2e / dp, f"{rate:g} req/s x {run.mean_e2e:.3f} s mean E2E{per} ({what}){peak}"
     arr = lengths.arrivals if lengths is not None else None
     if arr is not None and arr.concurrency_mean is not None and arr.mean_rps:
         dur = arr.concurrency_mean / arr.mean_rps
@@ -360,7 +367,7 @@ def run_preflight(req, opts: PreflightOptions, *, tokenizer=None, progress: Prog
     ]
     if opts.dry_run and trace is not None and any(simfix.needs_sim_fix(c) for c in checks):
         _say(progress, "simulating fixes")
-        fixes = simfix.simulated_fixes(req, plan_result, trace, sim_dict, opts.slo)
+        fixes = simfix.simulated_fixes(req, plan_result, trace, sim_dict, opts.slo, opts=opts, tokenizer=tokenizer)
         checks = [simfix.attach(c, fixes) if simfix.needs_sim_fix(c) else c for c in checks]
     alerts, alert_files = checks_load.alerts_check(opts.output_dir, thresholds, plan_result.vllm_semantics,
                                                    gpu_memory_utilization=plan_result.flags.gpu_memory_utilization,

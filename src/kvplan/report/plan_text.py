@@ -138,6 +138,13 @@ def _plan_table(r: PlanResult, compact: bool, con: Console) -> None:
         mn = r.multi_node
         con.print(Panel(f"{mn.note}\n\nhead:   {' '.join(mn.head_command)}\nworker: {' '.join(mn.worker_command)}\n"
                         f"serve:  {' '.join(mn.serve_command)}", title=f"multi-node: {mn.nodes} nodes"))
+    dl = getattr(r, "dp_launch", None)
+    if dl is not None and dl.nodes > 1 and r.serve_command_starts:
+        from ..memory.launch import display
+
+        cmds = "\n".join(f"# {where}\n{display(list(argv))}" for where, argv in dl.commands[:3])
+        more = f"\n# ... {len(dl.commands) - 3} more node(s) alike" if len(dl.commands) > 3 else ""
+        con.print(Panel(f"{dl.note}\n\n{cmds}{more}", title=f"data parallel: {dl.replicas} replicas on {dl.nodes} nodes"))
     if r.measured:
         meas = Table(title=f"measured (from {r.measured.get('log')})")
         meas.add_column("figure")

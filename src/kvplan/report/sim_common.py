@@ -85,7 +85,19 @@ def headline(d: dict) -> list[tuple[str, str]]:
                             f"{busiest['replica']})"))
     search = d.get("saturation_search")
     if search:
-        rows.append(("max sustainable", f"{num(search.get('max_rate'))} req/s ({search.get('reason')})"))
+        cap = search.get("max_rate")
+        line = f"{num(cap)} req/s"
+        if cap is not None and search.get("noise") is not None:
+            line += (f" ± {search['noise']:.0%} ({num(search.get('per_gpu'), '{:.3f}')} per GPU; ceiling "
+                     f"{num(search.get('ceiling_rps'))} req/s at overload)")
+        rows.append(("capacity", f"{line}: {search.get('reason')}"))
+    size = d.get("sizing")
+    if size:
+        if size.get("replicas"):
+            rows.append(("replicas needed", f"{size['replicas']} x {size['gpus_per_replica']} GPUs = {size['gpus']} GPUs "
+                                            f"for {size['target_rate']:.3g} req/s ({size.get('reason')})"))
+        else:
+            rows.append(("replicas needed", str(size.get("reason"))))
     return rows
 
 

@@ -73,3 +73,29 @@ def title(r: TuneResult) -> str:
     if r.winner is not None:
         return "OK"
     return "NO CONFIGURATION STARTS" if not r.rows else "NO CONFIGURATION MEETS THE SLO"
+
+
+def merge_alike(rows, printed) -> list[tuple]:
+    """Rows that print alike in every column of ``printed`` (cell functions) merged into the first:
+    ``[(first, [the others], "what differs")]`` in rank order."""
+    groups: dict[tuple, list] = {}
+    order = []
+    for row in rows:
+        key = tuple(str(fn(row)) for fn in printed)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(row)
+    out = []
+    for key in order:
+        first, *alike = groups[key]
+        differs = []
+        for flag in sorted(first.flags):
+            values = []
+            for x in [first, *alike]:
+                if x.flags[flag] not in values:
+                    values.append(x.flags[flag])
+            if len(values) > 1:
+                differs.append(f"{flag} " + "/".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values))
+        out.append((first, alike, "; ".join(differs) or "nothing printed"))
+    return out

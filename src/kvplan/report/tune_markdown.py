@@ -7,6 +7,8 @@ from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, 
 
 
 def render_markdown(r: TuneResult, top: int = 10) -> str:
+    if _is_sizing(r):
+        return _sizing_markdown(r.to_dict())
     out = ["# kvplan tune", "", cell(headline(r)), "", f"**{cell(verdict(r))}**", ""]
     w = r.winner
     if w is not None:
@@ -50,3 +52,19 @@ def _table(r: TuneResult, top: int) -> list[str]:
         out.append(f"- #{rank} {cell(row.label)}: {row.throughput['output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
                    f"{lat} {seconds(row.metric(lat))}")
     return out
+
+
+def _sizing_markdown(d: dict) -> str:
+    from . import sizing_common as sc
+
+    out = ["# kvplan tune: how many GPUs", "", cell(sc.headline(d)), "", f"**{cell(sc.verdict(d))}**", "",
+           "| " + " | ".join(sc.HEADERS) + " |", "|" + "---|" * len(sc.HEADERS)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in sc.rows(d)]
+    out += ["", *[f"- {cell(n)}" for n in d.get("notes") or ()]]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _is_sizing(r) -> bool:
+    from ..tune.sizing import Sizing
+
+    return isinstance(r, Sizing)

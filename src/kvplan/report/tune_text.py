@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..tune.search import TuneResult
-from .tune_common import config_cell, headline, pruned_text, seconds, slo_cell, title, verdict
+from .tune_common import config_cell, headline, merge_alike, pruned_text, seconds, slo_cell, title, verdict
 
 
 def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None) -> None:
@@ -14,6 +14,8 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
     from rich.table import Table
 
     con = console or Console()
+    if _is_sizing(r):
+        return _render_sizing(r.to_dict(), con)
     w = r.winner
     body = escape(verdict(r))
     if w is not None:
@@ -54,10 +56,23 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
     for name, just, _ in cols:
         t.add_column(name, justify=just, no_wrap=name != "configuration",
                      min_width=cfg_min if name == "configuration" else None)
-    for row in r.rows[:top]:
-        t.add_row(*(cell(row) for _, _, cell in cols), style=None if row.meets_slo else "dim")
+    groups = merge_alike(r.rows[:top], [c for name, _, c in cols if name != "#"])
+    merged_notes = []
+    for first, alike, differs in groups:
+        cells = [cell(first) for _, _, cell in cols]
+        if alike:
+            cells[0] = f"{first.rank}{'★' if first.pareto else ''} +{len(alike)}"
+            merged_notes.append(f"#{first.rank} stands for {', '.join('#' + str(a.rank) for a in alike)}: they print "
+                                f"alike and differ in {differs}")
+        t.add_row(*cells, style=None if first.meets_slo else "dim")
     if r.rows:
         con.print(t)
+    for n in merged_notes:
+        con.print(f"• {escape(n)}")
+    per_type = r.per_gpu_type()
+    if len(per_type) > 1:
+        for g, row in per_type.items():
+            con.print(f"• best on {escape(g)}: {escape(config_cell(row))} ({escape(slo_cell(row))})")
     if r.pruned.examples:
         for kind, text in r.pruned.examples:
             con.print(f"[bold]pruned {escape(kind)}[/bold] ({dict(r.pruned.by_reason).get(kind, 0)}): {escape(text)}")
@@ -67,3 +82,49 @@ def render_table(r: TuneResult, top: int = 10, console: Optional[object] = None)
 
     for gpu, clock in r.clock.items():
         con.print(f"• clock on {escape(gpu)}: {escape(clock_line({'clock': clock} if 'validation' in clock and clock.get('kernel_tables') else {'source': clock.get('source', ''), 'fit': clock.get('model') == 'calibrated profile'}))}")
+
+
+def _render_sizing(d: dict, con) -> None:
+    """``--gpus auto``: the fewest GPUs per GPU type, then the winner."""
+    from rich import box
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from . import sizing_common as sc
+
+    w = d.get("winner")
+    body = escape(sc.verdict(d)) + ("\n" + escape(w["serve_command"]) if w else "")
+    con.print(Panel(body, title="kvplan tune: " + ("HOW MANY GPUS" if w else "NO FLEET CARRIES THE RATE"),
+                    border_style="green" if w else "red"))
+    con.print(escape(sc.headline(d)))
+    t = Table(title="per GPU type (the fewest GPUs that carry the rate within the SLO)", box=box.SIMPLE_HEAD)
+    # a narrow terminal keeps the answer's columns (the JSON and Markdown have all)
+    keep = range(len(sc.HEADERS)) if con.width >= 150 else (0, 1, 2, 4, 6, 7, 8)
+    for i in keep:
+        h = sc.HEADERS[i]
+        t.add_column(h, justify="left" if h in ("GPU type", "replicas", "flags", "why not") else "right",
+                     no_wrap=h not in ("flags", "why not", "capacity at SLO"))
+    for row in sc.rows(d):
+        t.add_row(*(escape(row[i]) for i in keep))
+    con.print(t)
+    for s in d.get("per_gpu_type") or ():
+        if not s.get("gpus"):
+            con.print(f"• {escape(s['gpu'])}: {escape(s.get('reason', ''))}")
+        elif con.width < 150:
+            f = s["flags"]
+            con.print(f"• {escape(s['gpu'])}: max_num_seqs {f['max_num_seqs']}, KV {escape(str(f['kv_cache_dtype']))}, "
+                      f"gpu_memory_utilization {f['gpu_memory_utilization']:g}")
+    launch = (w or {}).get("launch") or {}
+    if launch.get("commands"):
+        con.print(f"launch ({escape(launch.get('note', ''))}):")
+        for where, cmd in launch["commands"][:3]:
+            con.print(f"  # {escape(where)}\n  {escape(cmd)}", soft_wrap=True)
+    for n in d.get("notes") or ():
+        con.print(f"• {escape(n)}")
+
+
+def _is_sizing(r) -> bool:
+    from ..tune.sizing import Sizing
+
+    return isinstance(r, Sizing)

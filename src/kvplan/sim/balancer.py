@@ -239,81 +239,89 @@ class VllmInFlight(Router):
         return pick
 
 
-class VllmSnapshot(Router):
-    """0.9-0.13 (and MoE to 0.28): the coordinator's counts every 100 ms, each API server's own
-    increments in between; score lexicographic (0.9) or 4 × waiting + running (0.10+)."""
+class _Published(Router):
+    """The coordinator's snapshot (every 100 ms, the same for every API server) and each API
+    server's own increments since it (reset by the next snapshot)."""
 
     tick_s = STATS_INTERVAL_S
 
     def __init__(self, rule: Rule, replicas: int):
         super().__init__(rule, replicas)
         clients = max(1, rule.clients)
-        self.views = [[[0, 0] for _ in range(replicas)] for _ in range(clients)]
+        self.snap: list[tuple[int, int, float]] = [(0, 0, 0.0)] * replicas
+        self.epoch = 0
+        self.seen = [-1] * clients  # the snapshot each API server's increments belong to
+        self.local: list = [[0] * replicas for _ in range(clients)]
         self.start = [(replicas * c) // clients for c in range(clients)]
 
     def publish(self, stats: Sequence[tuple[int, int, float]]) -> None:
-        for view in self.views:
-            for j, (w, r, _kv) in enumerate(stats):
-                view[j][0] = w
-                view[j][1] = r
+        self.snap = list(stats)
+        self.epoch += 1
+
+    def _mine(self, c: int) -> list[int]:
+        if self.seen[c] != self.epoch:
+            self.seen[c] = self.epoch
+            self.local[c] = [0] * self.n
+        return self.local[c]
+
+
+class VllmSnapshot(_Published):
+    """0.9-0.13 (and MoE to 0.26): the coordinator's counts every 100 ms, each API server's own
+    increments in between; score lexicographic (0.9) or 4 × waiting + running (0.10+)."""
 
     def choose(self, k: int, in_flight: Sequence[int]) -> int:
-        clients = len(self.views)
+        clients = len(self.seen)
         c = k % clients
-        view, n = self.views[c], self.n
-        lexi = self.rule.score == "lexicographic"
+        n = self.n
+        if self.rule.score == "lexicographic":
+            # 0.9: [waiting, running] copied from the snapshot, +1 to waiting (or running when 0)
+            if self.seen[c] != self.epoch:
+                self.seen[c] = self.epoch
+                self.local[c] = [[w, r] for w, r, _kv in self.snap]
+            view = self.local[c]
+            best, pick = None, 0
+            for i in range(n):
+                idx = (self.start[c] + i) % n
+                if best is None or view[idx] < best:
+                    best, pick = view[idx], idx
+            view[pick][0 if view[pick][0] else 1] += 1
+            return pick
+        mine, snap = self._mine(c), self.snap
         best, pick = None, 0
         for i in range(n):
             idx = (self.start[c] + i) % n
-            w, r = view[idx]
-            score = (w, r) if lexi else 4 * w + r
+            w, r, _kv = snap[idx]
+            score = 4 * (w + mine[idx]) + r
             if best is None or score < best:
                 best, pick = score, idx
-        if lexi:
-            view[pick][0 if view[pick][0] else 1] += 1
-        else:
-            view[pick][0] += clients
+        mine[pick] += clients
         if self.rule.rotate:
             self.start[c] = (self.start[c] + 1) % n
         return pick
 
 
-class VllmInflightFloor(Router):
+class VllmInflightFloor(_Published):
     """0.27+: ``max(client_count × in_flight, waiting + running) + waiting × 6 × max(0, kv - 0.5)``
     on the coordinator's counts (100 ms) and this API server's own in-flight count; the chosen
     engine's waiting + client_count locally; the scan's start rotates. With several API servers
     (requests reach them in turn) each one's in-flight count is taken as its share of the
     replica's (client_count × own ≈ the replica's total)."""
 
-    tick_s = STATS_INTERVAL_S
-
-    def __init__(self, rule: Rule, replicas: int):
-        super().__init__(rule, replicas)
-        clients = max(1, rule.clients)
-        self.views = [[[0, 0, 0.0] for _ in range(replicas)] for _ in range(clients)]
-        self.start = [(replicas * c) // clients for c in range(clients)]
-
-    def publish(self, stats: Sequence[tuple[int, int, float]]) -> None:
-        for view in self.views:
-            for j, (w, r, kv) in enumerate(stats):
-                view[j][0] = w
-                view[j][1] = r
-                view[j][2] = kv
-
     def choose(self, k: int, in_flight: Sequence[int]) -> int:
-        clients = len(self.views)
+        clients = len(self.seen)
         c = k % clients
-        view, n = self.views[c], self.n
+        mine, snap, n = self._mine(c), self.snap, self.n
         best, pick = None, 0
         for i in range(n):
             idx = (self.start[c] + i) % n
-            w, r, kv = view[idx]
+            w, r, kv = snap[idx]
+            w += mine[idx]
             score = float(max(in_flight[idx], w + r))
             if w and kv > 0.5:
                 score += w * 6.0 * (kv - 0.5)
             if best is None or score < best:
                 best, pick = score, idx
-        view[pick][0] += clients
+        mine[pick] += clients
         self.start[c] = (self.start[c] + 1) % n
         return pick
 

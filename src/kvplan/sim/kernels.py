@@ -44,8 +44,10 @@ def nearest_measured(gpu) -> tuple[str, bool]:
     names = available()
     if gpu.name in names:
         return gpu.name, True
+    arch_of = {"A100-SXM4-80GB": "ampere", "H100-SXM5-80GB": "hopper", "H200-141GB": "hopper", "L40S": "ada",
+               "B200-180GB": "blackwell"}
     bw = gpu.bandwidth_gbs or 1000.0
-    same = [n for n in names if table_arch(n) == (gpu.arch or "")]
+    same = [n for n in names if arch_of.get(n) == (gpu.arch or "")]
     pool = same or list(names)
 
     def dist(n: str) -> float:
@@ -218,16 +220,6 @@ def moe_direct_nearest_width(table: dict, kind: str, hidden: int, inter: float, 
 
 
 def same_arch_tables(name: str) -> list[str]:
-    return [n for n in available() if n != name and table_arch(n) == table_arch(name)]
-
-
-@lru_cache(maxsize=None)
-def table_arch(name: str) -> Optional[str]:
-    """The architecture of a kernel table's GPU, as the GPU catalog records it (None: not in it)."""
-    from ..errors import UsageError
-    from ..hardware import find_gpu
-
-    try:
-        return find_gpu(name).arch
-    except UsageError:
-        return None
+    arch = {"A100-SXM4-80GB": "ampere", "H100-SXM5-80GB": "hopper", "H200-141GB": "hopper", "L40S": "ada",
+            "B200-180GB": "blackwell"}
+    return [n for n in available() if n != name and arch.get(n) == arch.get(name)]

@@ -35,9 +35,11 @@ MODEL_FORM = "per-operator sum over layers (measured kernel tables) + fitted ove
 @dataclass(frozen=True)
 class Overheads:
     """The constants the kernel tables do not measure. Each was fitted by ``benchmarks/gpu_fit.py``
-    (coordinate search, 2 rounds, step 1.3) to the fit half of the development set (the shared
-    dev_cases.json, gpu_fidelity.FIT_SERIES: 44 cases) and to nothing else; docs/sim.md lists the
-    fit and its error."""
+    (coordinate search, 2 rounds, step 1.3) to the fit half of the development set
+    (/work/shared/perf/dev_cases.json, gpu_fidelity.FIT_SERIES: 44 cases) and to nothing else;
+    docs/sim.md lists the fit and its error. Last refit in session 7, after the clock had changed
+    under the earlier fit: seq_s, cpu_step_s, cpu_seq_s, request_s, api_request_s and
+    net_bandwidth_gbs moved; the others kept their values."""
 
     #: GPU time per step outside the layers: sampler, logits processing, graph launch, H2D copies.
     step_s: float = 0.0006

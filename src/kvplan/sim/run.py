@@ -60,6 +60,7 @@ class SimulateReport:
     result: "SimResult"
     saturation_search: Optional[dict] = None
     capacity_boundary: Optional[list] = None
+    sizing: Optional[dict] = None  # the replicas the traffic's rate needs (kvplan.sim.capacity.replicas_needed)
 
     @property
     def passed(self) -> bool:
@@ -71,6 +72,8 @@ class SimulateReport:
             d["saturation_search"] = self.saturation_search
         if self.capacity_boundary is not None:
             d["capacity_boundary"] = self.capacity_boundary
+        if self.sizing is not None:
+            d["sizing"] = self.sizing
         return d
 
 
@@ -107,13 +110,19 @@ def run_simulate(opts: SimulateOptions) -> SimulateReport:
     # the scheduler's flags (prefix caching, long prefills, async scheduling) travel in the request
     result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=opts.timeline_interval_s,
                       slo=opts.slo, per_request=opts.per_request)
-    saturation = ladder = None
+    saturation = ladder = sizing = None
     if opts.saturation_search and (rate is not None or traffic.get("requests") or trace.bench is not None):
-        from . import find_saturation
+        # the capacity of these replicas, and the replicas the traffic's rate needs (the answer tune
+        # --gpus auto, preflight and the page give); the HTML's throughput-latency curve is the probes
+        from .capacity import Prober, as_workload, find_capacity, replicas_needed, trace_rate
 
-        saturation = find_saturation(req, make_trace, slo=opts.slo, profile=prof, plan_result=plan_result)
+        pb = Prober(req, as_workload(make_trace), slo=opts.slo, profile=prof, plan_result=plan_result)
+        saturation = find_capacity(req, None, prober=pb)
+        target = rate if rate is not None and 0 < rate < float("inf") else trace_rate(trace)
+        if target:
+            sizing = replicas_needed(req, None, target, prober=pb)
     if opts.capacity:
         from . import capacity_boundary
 
         ladder = capacity_boundary(req, make_trace, slo=opts.slo, profile=prof)
-    return SimulateReport(result, saturation, ladder)
+    return SimulateReport(result, saturation, ladder, sizing)

@@ -9,7 +9,6 @@ prefix caching on, ``long_prefill_token_threshold`` 0, watermark 0, async schedu
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..errors import PlanDoesNotStart, UsageError
@@ -59,14 +58,16 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None,
              load_balancer: Optional[str] = None, enable_expert_parallel: Optional[bool] = None,
-             spec_acceptance: Optional[float] = None, active_loras: Optional[int] = None) -> SimResult:
+             spec_acceptance: Optional[float] = None, active_loras: Optional[int] = None,
+             ceiling_rps: Optional[float] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
     :class:`KvplanError`) with vLLM's error text when the configuration would not start. The
     scheduler's flags not passed here are the request's (``--no-enable-prefix-caching``, ...).
 
     With ``data_parallel_size`` N > 1 every replica is simulated, the trace reaching them through
     ``load_balancer`` (:mod:`kvplan.sim.balancer`; default: the request's ``--load-balancer``, else
-    vLLM's own for the plan's version)."""
+    vLLM's own for the plan's version). ``ceiling_rps``: one replica's completion ceiling when known
+    (the saturation verdict uses it; else it is measured when the verdict needs it)."""
     if enable_prefix_caching is None:
         enable_prefix_caching = request.enable_prefix_caching is not False
     if long_prefill_token_threshold is None:
@@ -104,19 +105,14 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     from .serve_flag_costs import speculative_model, with_lora
 
     prof = speculative_model(with_lora(prof, request, active_loras), request, plan_result, spec_acceptance)
-    dp = max(1, plan_result.parallel.data_parallel_size)
+    dp = max(1, request.data_parallel_size)  # the replicas (a replica's plan does not depend on them)
     groups = _groups(plan_result)
 
-    def make_engine(requests, max_concurrency=None, warm=()):
-        return Engine(requests=requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
-                      max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
-                      max_model_len=f.max_model_len, profile=prof, groups=kv.groups, sizing=plan_result.sizing,
-                      enable_prefix_caching=enable_prefix_caching,
-                      long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
-                      async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
-                      max_steps=max_steps, max_concurrency=max_concurrency,
-                      reserve_full_prompt=engine_cfg.reserve_full_prompt,
-                      warm_prefixes=warm if enable_prefix_caching else ())
+    make_engine = replica_engine_maker(request, plan_result, prof, enable_prefix_caching=enable_prefix_caching,
+                                       long_prefill_token_threshold=long_prefill_token_threshold,
+                                       watermark=watermark, async_scheduling=async_scheduling,
+                                       timeline_interval_s=timeline_interval_s, max_steps=max_steps,
+                                       reserve_full_prompt=engine_cfg.reserve_full_prompt)
 
     fleet = None
     if dp > 1:
@@ -167,11 +163,60 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     }
     result = build_result(engine, trace, config=config, profile=prof, slo=slo, per_request=per_request,
                           notes=tuple(notes), vllm_semantics=plan_result.vllm_semantics)
-    if fleet is not None:
+    changes: dict = {"fleet": fleet} if fleet is not None else {}
+    if ceiling_rps is not None:
+        changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling_rps * dp)
+    elif result.saturation.get("needs_ceiling") and not getattr(trace, "max_concurrency", None):
+        # completions fall short of arrivals while no queue forms: over the engines' ceiling, or filling?
+        from .saturation import completion_ceiling
+
+        ceiling = completion_ceiling(make_engine, trace.requests, max_num_seqs=f.max_num_seqs,
+                                     kv_tokens=kv.kv_cache_tokens, handoff=lambda reqs: _api_handoff(reqs, prof))
+        if ceiling is not None:
+            changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling * dp)
+    if changes:
         import dataclasses
 
-        result = dataclasses.replace(result, fleet=fleet)
+        result = dataclasses.replace(result, **changes)
     return result
+
+
+def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching: Optional[bool] = None,
+                         long_prefill_token_threshold: Optional[int] = None, watermark: float = 0.0,
+                         async_scheduling: Optional[bool] = None, timeline_interval_s: float = 1.0,
+                         max_steps: Optional[int] = None, reserve_full_prompt: Optional[bool] = None,
+                         enable_expert_parallel: Optional[bool] = None, **_ignored):
+    """``make_engine(requests, max_concurrency=None, warm=())``: one replica's engine with the plan's
+    KV pool and limits and ``profile``'s step times; what the flags leave open follows the vLLM
+    version (:class:`kvplan.sim.engine_config.EngineConfig`); the scheduler's flags not given are
+    the request's."""
+    f, kv = plan_result.flags, plan_result.kv
+    if enable_prefix_caching is None:
+        enable_prefix_caching = request.enable_prefix_caching is not False
+    if long_prefill_token_threshold is None:
+        long_prefill_token_threshold = request.long_prefill_token_threshold or 0
+    if async_scheduling is None:
+        async_scheduling = request.async_scheduling
+    if enable_expert_parallel is None:
+        enable_expert_parallel = bool(request.enable_expert_parallel)
+    if async_scheduling is None or reserve_full_prompt is None:
+        from .engine_config import EngineConfig
+
+        cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
+                                     expert_parallel=enable_expert_parallel)
+        async_scheduling = cfg.async_scheduling
+        reserve_full_prompt = cfg.reserve_full_prompt if reserve_full_prompt is None else reserve_full_prompt
+
+    def make_engine(requests, max_concurrency=None, warm=()):
+        return Engine(requests=requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
+                      max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
+                      max_model_len=f.max_model_len, profile=profile, groups=kv.groups, sizing=plan_result.sizing,
+                      enable_prefix_caching=enable_prefix_caching,
+                      long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
+                      async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
+                      max_steps=max_steps, max_concurrency=max_concurrency, reserve_full_prompt=reserve_full_prompt,
+                      warm_prefixes=warm if enable_prefix_caching else ())
+    return make_engine
 
 
 def _version_of(request) -> tuple:
@@ -329,138 +374,25 @@ def _r(x: Optional[float], digits: int = 6) -> Optional[float]:
     return None if x is None else round(x, digits)
 
 
-def _slope(pts: list[tuple[float, float]]) -> Optional[float]:
-    """Least-squares slope of (t, y) points, None for fewer than two."""
-    if len(pts) < 2:
-        return None
-    mt = sum(t for t, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    den = sum((t - mt) ** 2 for t, _ in pts)
-    return sum((t - mt) * (y - my) for t, y in pts) / den if den > 0 else 0.0
+def saturation(engine: Engine, trace: Trace, ceiling_rps: Optional[float] = None) -> dict:
+    """Is the backlog growing without bound? :func:`kvplan.sim.saturation.verdict` on the run."""
+    from .saturation import verdict
 
-
-def saturation(engine: Engine, trace: Trace) -> dict:
-    """Is the backlog growing without bound? Two signs, over the second half of the arrivals:
-    the waiting queue grows, or the requests in the system (running + waiting) grow after the
-    system has filled (one median E2E after the first arrival). The second matters when
-    max_num_seqs is large: an overloaded engine then admits everything, the backlog sits in the
-    running batch and every step gets slower, with no queue at all. A trace too short to get past
-    the filling phase cannot be judged (``saturated`` None, and the reason says so). When
-    saturated, the engine's completion rate is what it sustains (it drains at capacity)."""
-    reqs = engine.reqs
-    arrivals = [r.arrival for r in reqs]
-    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
-        return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
-                "in_system_slope_per_s": None, "max_waiting": engine.max_waiting,
-                "max_sustainable_rate_estimate": None, "reason": "too few arrivals to judge"}
-    if not any(r.status == DONE for r in reqs):
-        return {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
-                "in_system_slope_per_s": None, "max_waiting": engine.max_waiting,
-                "max_sustainable_rate_estimate": None,
-                "reason": "no request completed (every one was rejected): nothing to judge"}
-    a0, a1 = arrivals[0], arrivals[-1]
-    offered = (len(arrivals) - 1) / (a1 - a0)
-    mid = a0 + (a1 - a0) / 2
-    rows = [row for row in engine.timeline if mid <= row["t"] <= a1 + engine.interval]
-    slope = _slope([(row["t"], row["waiting"]) for row in rows])
-    end_wait = rows[-1]["waiting"] if rows else 0
-    floor = max(5, 0.02 * len(arrivals))
-    queue_grows = bool(slope is not None and slope > 0.02 * offered and end_wait >= floor)
-
-    e2e = sorted(r.t_end - r.arrival for r in reqs if r.status == DONE)
-    filling = e2e[len(e2e) // 2] if e2e else 0.0
-    start = max(mid, a0 + filling)
-    settled = [(row["t"], row["running"] + row["waiting"]) for row in engine.timeline
-               if start <= row["t"] <= a1 + engine.interval]
-    judgeable = (a1 - start) >= 0.2 * (a1 - a0) and len(settled) >= 3
-    in_slope = _slope(settled) if judgeable else None
-    system_grows = False
-    if in_slope is not None:
-        span = settled[-1][0] - settled[0][0]
-        growth = in_slope * span
-        # Over a window W the count moves by arrivals minus departures, each about Poisson with
-        # variance rate·W even when the engine keeps up: growth must stand 3 sigma above that.
-        system_grows = in_slope > 0.02 * offered and growth > max(5.0, 3.0 * math.sqrt(2.0 * offered * span))
-
-    done = [r.t_end for r in reqs if r.status == DONE]
-    completion = (len(done) / (max(done) - a0)) if done and max(done) > a0 else None
-    saturated: Optional[bool] = queue_grows or system_grows
-    if queue_grows:
-        reason = (f"the waiting queue grows by {slope:.2f} requests/s over the second half of the arrivals "
-                  f"({end_wait} waiting at the last arrival)")
-    elif system_grows:
-        reason = (f"the requests in the system (running + waiting) grow by {in_slope:.2f}/s after the engine "
-                  f"filled: the running batch absorbs a backlog it cannot serve")
-    elif not judgeable:
-        saturated = None
-        reason = (f"too short to judge: {a1 - a0:.0f} s of arrivals against a median E2E of {filling:.0f} s "
-                  f"(the engine is still filling); use a trace several times longer than the E2E")
-    else:
-        reason = "the waiting queue and the requests in the system stay bounded"
-    return {"saturated": saturated, "offered_rate": _r(offered), "completion_rate": _r(completion),
-            "queue_slope_per_s": _r(slope), "in_system_slope_per_s": _r(in_slope),
-            "max_waiting": engine.max_waiting,
-            "max_sustainable_rate_estimate": _r(completion) if saturated else None, "reason": reason}
+    return verdict(engine.reqs, engine.timeline, engine.interval, engine.max_waiting, ceiling_rps=ceiling_rps)
 
 
 def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: Optional[float] = None,
                     slo: Sequence["Slo"] = (), profile: Optional[StepTimeProfile] = None,
                     plan_result: Optional["PlanResult"] = None, rel_tol: float = 0.02, max_iter: int = 20,
-                    **sim_kwargs: Any) -> dict:
-    """The highest rate (req/s) at which the run is not saturated and meets ``slo``, by bisection.
-    ``make_trace(rate) -> Trace`` builds the traffic at a rate (same seed each time)."""
-    if plan_result is None:
-        from ..memory import plan
+                    load_balancer: Optional[str] = None, **sim_kwargs: Any) -> dict:
+    """The highest rate (req/s) the request's replicas sustain within ``slo``: the capacity
+    (:func:`kvplan.sim.capacity.find_capacity`: bisection up to the completion ceiling, every probe
+    judged). ``make_trace(rate)`` or ``make_trace(rate, n)`` builds the traffic (same seed each
+    time; with ``n`` a probe too short to judge is run again on more requests)."""
+    from .capacity import find_capacity
 
-        plan_result = plan(request, what_ifs=False)
-    asy = sim_kwargs.get("async_scheduling")
-    if asy is None:
-        asy = request.async_scheduling
-    ep = sim_kwargs.get("enable_expert_parallel")
-    if ep is None:
-        ep = bool(request.enable_expert_parallel)
-    prof = profile or default_profile(request, plan_result, async_scheduling=asy, expert_parallel=ep)
-    probes: list[dict] = []
-
-    judge_errors = not any(s.key == "error_rate" for s in slo)  # else the SLO's error_rate decides
-    last: dict = {}
-
-    def ok(rate: float) -> bool:
-        res = simulate(request, make_trace(rate), profile=prof, plan_result=plan_result, slo=slo, **sim_kwargs)
-        good = (not res.saturation.get("saturated")) and res.passed and (
-            res.requests["failed"] == 0 or not judge_errors)
-        last["rejected"] = res.requests["rejected"]
-        last["total"] = res.requests["total"]
-        probes.append({"rate": _r(rate), "ok": good, "saturated": res.saturation.get("saturated"),
-                       "ttft_p99": res.latency_s["ttft"]["p99"], "tpot_p99": res.latency_s["tpot"]["p99"],
-                       "e2e_p99": res.latency_s["e2e"]["p99"],
-                       "throughput_rps": res.throughput["requests_per_s"]})
-        return good
-
-    if not ok(lo):
-        why = f"not sustainable even at {lo:g} req/s"
-        if last.get("rejected"):
-            why += (f": {last['rejected']} of {last['total']} requests are rejected (prompt >= max_model_len); "
-                    "allow some with --slo error_rate=...")
-        return {"max_rate": None, "probes": probes, "reason": why}
-    if hi is None:
-        hi = lo * 2
-        while ok(hi):
-            lo, hi = hi, hi * 2
-            if hi > 1e6:
-                return {"max_rate": lo, "probes": probes, "reason": "no saturation found below 1e6 req/s"}
-    elif ok(hi):
-        return {"max_rate": hi, "probes": probes, "reason": "sustainable at the upper bound"}
-    for _ in range(max_iter):
-        if (hi - lo) / hi <= rel_tol:
-            break
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return {"max_rate": _r(lo), "first_failing_rate": _r(hi), "probes": probes,
-            "reason": "bisection on rate: not saturated" + (" and within the SLO" if slo else "")}
+    return find_capacity(request, make_trace, slo=slo, profile=profile, plan_result=plan_result,
+                         load_balancer=load_balancer, rel_tol=rel_tol, lo=lo, hi=hi, **sim_kwargs)
 
 
 def capacity_boundary(request: "PlanRequest", make_trace, *, slo: Sequence["Slo"] = (),

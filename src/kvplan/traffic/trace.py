@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import UsageError
 from .arrivals import rate_schedule
@@ -187,8 +187,6 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
     ``max_concurrency`` closes the loop for any of them. Every flag is checked here, before
     anything is simulated; the same function builds the trace at each rate of a saturation search,
     with the same seed."""
-    import dataclasses
-
     from ..slo import parse_seconds
     from .lengthdist import parse_length
 
@@ -196,13 +194,10 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
         raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
     if bench is not None:
         bench.validate()
-
-        def make_bench(r: Optional[float]) -> Trace:
-            return bench_trace(bench, version=version, num_special=num_special, vocab_size=vocab_size, rate=r,
-                               notes=notes)
-
-        make_bench(None)  # every flag checked now
-        return make_bench
+        maker = TraceMaker(bench=bench, version=version, num_special=num_special, vocab_size=vocab_size,
+                           notes=tuple(notes))
+        maker(None)  # every flag checked now
+        return maker
     if rate is None and not requests:
         raise UsageError("give --rate R (synthetic traffic), --request-rate / --num-prompts / --dataset-name "
                          "(vllm bench serve's traffic) or --requests LOG (replay)")
@@ -214,18 +209,93 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
     in_dist = parse_length(input_len or "1024", "--input-len")
     out_dist = parse_length(output_len or "256", "--output-len")
     n = num_requests if num_requests is not None or dur is not None else 1000
+    return TraceMaker(requests=requests, tokenizer=tokenizer, num_requests=num_requests, count=n, duration_s=dur,
+                      input_len=in_dist, output_len=out_dist, arrival=arrival, seed=seed,
+                      max_concurrency=max_concurrency, notes=tuple(notes))
 
-    def make_trace(r: Optional[float]) -> Trace:
-        if requests:
+
+_LOG_CACHE: dict = {}  # a request log read once per process for the probes of a capacity search
+
+
+@dataclass(frozen=True)
+class TraceMaker:
+    """``make_trace(rate, length=None)`` for the traffic flags (what :func:`trace_maker` returns): a
+    plain object, so a sweep's worker processes can draw the same traffic. ``length`` requests
+    instead of the flags' count (a capacity probe's; a log is cycled, its prefixes renamed per pass,
+    when it has fewer)."""
+
+    requests: Optional[str] = None
+    tokenizer: Any = None
+    num_requests: Optional[int] = None
+    count: int = 1000
+    duration_s: Optional[float] = None
+    input_len: Any = None
+    output_len: Any = None
+    arrival: str = "poisson"
+    seed: int = 0
+    max_concurrency: Optional[int] = None
+    bench: Any = None
+    version: tuple = (0, 33)
+    num_special: int = 1
+    vocab_size: int = 32000
+    notes: tuple = ()
+    max_tokens: Optional[int] = None  # a log's records without an output length get this (preflight's --max-tokens)
+    estimate: Optional[bool] = None  # a log without a tokenizer: estimated from characters (logtrace's rule)
+
+    def __call__(self, r: Optional[float], length: Optional[int] = None) -> Trace:
+        import dataclasses
+
+        if self.bench is not None:
+            b = self.bench if length is None else dataclasses.replace(self.bench, num_prompts=length)
+            return bench_trace(b, version=self.version, num_special=self.num_special, vocab_size=self.vocab_size,
+                               rate=r, notes=self.notes)
+        if self.requests:
             from .logtrace import trace_from_log
 
-            tr = trace_from_log([requests], tokenizer=tokenizer, rate=r, arrival=arrival, seed=seed,
-                                num_requests=num_requests)
+            if length is None:
+                tr = trace_from_log([self.requests], tokenizer=self.tokenizer, rate=r, arrival=self.arrival,
+                                    seed=self.seed, num_requests=self.num_requests, max_tokens=self.max_tokens,
+                                    estimate=self.estimate)
+            else:  # a probe: the log read once per process, its lengths cycled at the probe's rate
+                key = (self.requests, self.tokenizer if isinstance(self.tokenizer, (str, type(None)))
+                       else id(self.tokenizer), self.max_tokens, self.estimate)
+                if key not in _LOG_CACHE:
+                    _LOG_CACHE[key] = trace_from_log([self.requests], tokenizer=self.tokenizer, rate=1.0,
+                                                     arrival=self.arrival, seed=self.seed, max_tokens=self.max_tokens,
+                                                     estimate=self.estimate)
+                tr = cycle_trace(_LOG_CACHE[key], length, r, arrival=self.arrival, seed=self.seed)
         else:
-            tr = synthetic_trace(r, num_requests=n, duration_s=dur, input_len=in_dist, output_len=out_dist,
-                                 arrival=arrival, seed=seed)
-        if max_concurrency is not None or notes:
-            tr = dataclasses.replace(tr, max_concurrency=max_concurrency, notes=tuple(tr.notes) + tuple(notes))
+            tr = synthetic_trace(r, num_requests=self.count if length is None else length,
+                                 duration_s=self.duration_s if length is None else None, input_len=self.input_len,
+                                 output_len=self.output_len, arrival=self.arrival, seed=self.seed)
+        if self.max_concurrency is not None or self.notes:
+            tr = dataclasses.replace(tr, max_concurrency=self.max_concurrency,
+                                     notes=tuple(tr.notes) + tuple(self.notes))
         return tr
 
-    return make_trace
+
+def cycle_trace(trace: Trace, n: int, rate: Optional[float], *, arrival: str = "poisson", seed: int = 0) -> Trace:
+    """``n`` requests of ``trace``'s lengths, in order and again from the start when it has fewer
+    (each pass's prefix ids their own), arriving at ``rate`` with ``arrival``'s law (its own
+    timestamps, stretched by repetition, when ``rate`` is None)."""
+    import dataclasses
+
+    reqs = trace.requests
+    if not reqs or n <= len(reqs) and rate is None:
+        return dataclasses.replace(trace, requests=reqs[:n])
+    if rate is not None:
+        kind, shape = parse_arrival(arrival)
+        times = list(rate_schedule(rate, kind, shape, 0.0, seed, max_count=n))
+    else:
+        span = reqs[-1].arrival_s - reqs[0].arrival_s
+        step = span + (span / max(1, len(reqs) - 1))
+        times = [reqs[i % len(reqs)].arrival_s + (i // len(reqs)) * step for i in range(n)]
+    out = []
+    for i in range(n):
+        r = reqs[i % len(reqs)]
+        k = i // len(reqs)
+        if k and (r.prefix_id is not None or r.root_id is not None):
+            r = dataclasses.replace(r, prefix_id=None if r.prefix_id is None else f"{r.prefix_id}#{k}",
+                                    root_id=None if r.root_id is None else f"{r.root_id}#{k}")
+        out.append(dataclasses.replace(r, arrival_s=times[i]))
+    return dataclasses.replace(trace, requests=tuple(out))

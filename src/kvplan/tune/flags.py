@@ -10,12 +10,17 @@ from ..flags import Flag
 #: ``kvplan tune``'s own flags (the report's format and file are the CLI's)
 TUNE_FLAGS: tuple[Flag, ...] = (
     Flag("gpus", ("--gpus",), str, None,
-         "GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs) [default: TP × PP × DP of the base]."),
+         "GPU counts to try, e.g. 4,8 (TP × PP × DP = GPUs), or auto: per GPU type the fewest replicas that carry "
+         "--rate [default: TP × PP × DP of the base]."),
+    Flag("max_gpus", ("--max-gpus",), int, 128, "With --gpus auto: the most GPUs a fleet may take."),
+    Flag("gpu_price", ("--gpu-price",), str, None, "USD per GPU-hour, e.g. A100-80GB=1.8,H100=2.5, or a JSON file "
+         "[default: the shipped on-demand list, dated and sourced]."),
     Flag("profile", ("--profile",), str, None, "A step-time profile from `kvplan calibrate`."),
     Flag("coverage", ("--coverage",), float, None, "max_model_len must hold this percentile of prompt + output "
          "(default: all requests; 99.9 with --requests)."),
     Flag("slo", ("--slo",), str, None, "e.g. ttft_p99=2s,tpot_p99=100ms"),
-    Flag("objective", ("--objective",), str, "goodput_per_gpu", "goodput_per_gpu or min_gpus."),
+    Flag("objective", ("--objective",), str, None, "goodput_per_gpu or min_gpus; with --gpus auto min_gpus, "
+         "min_cost or capacity_per_gpu [goodput_per_gpu; min_gpus with --gpus auto]."),
     Flag("exhaustive", ("--exhaustive",), bool, False, "Simulate every configuration, also those with more GPUs "
          "than can beat the winner (full ranking and Pareto front)."),
     Flag("no_reuse", ("--no-reuse",), bool, False, "Simulate every configuration, also those a simulated run "

@@ -9,14 +9,11 @@ The flags' tables are :mod:`kvplan.tune.flags`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from ..errors import UsageError
 from ..serve_flags import human_int
 from .flags import SPACE, TUNE_FLAGS
-
-if TYPE_CHECKING:  # the result it returns
-    from .search import TuneResult
 
 T = TypeVar("T")
 
@@ -112,10 +109,12 @@ class TuneOptions:
     own: Mapping[str, Any] = field(default_factory=dict)
 
 
-def run_tune(opts: TuneOptions) -> "TuneResult":
+def run_tune(opts: TuneOptions):
     """``kvplan tune``: the space of the list flags, the base request of their first values, the
     trace of the traffic flags (extended until the rows that could win are judged, when no length
-    is given), then :func:`kvplan.tune.search.tune`. A malformed flag is a UsageError naming it."""
+    is given), then :func:`kvplan.tune.search.tune` (a ``TuneResult``), or with ``--gpus auto``
+    :func:`kvplan.tune.sizing.size_space` (a ``Sizing``: per GPU type the fewest GPUs for the rate).
+    A malformed flag is a UsageError naming it."""
     from ..serve_flags import request_from_values
     from ..slo import parse_slo
     from ..traffic.flags import traffic_maker
@@ -127,12 +126,15 @@ def run_tune(opts: TuneOptions) -> "TuneResult":
     rate, requests = traffic.get("rate"), traffic.get("requests")
     coverage = own["coverage"]
     slos = parse_slo(own["slo"])
+    sizing = (own["gpus"] or "").strip().lower() == "auto"
+    objective = own["objective"] or ("min_gpus" if sizing else "goodput_per_gpu")
     # --gpu-memory describes one custom GPU (named by --gpu): no catalog list then.
     gpu_names = parse_list(gpu, "--gpu", _gpu_name) if gpu and not gpu_memory else ()
     space = build_space(max_num_seqs=given.get("max_num_seqs"), max_num_batched_tokens=given.get("max_num_batched_tokens"),
                         max_model_len=given.get("max_model_len"),
                         gpu_memory_utilization=given.get("gpu_memory_utilization"),
-                        kv_cache_dtype=given.get("kv_cache_dtype"), gpus=own["gpus"], tp=given.get("tensor_parallel_size"),
+                        kv_cache_dtype=given.get("kv_cache_dtype"), gpus=None if sizing else own["gpus"],
+                        tp=given.get("tensor_parallel_size"),
                         gpu=None if gpu_memory else gpu,
                         coverage=coverage if coverage is not None else (99.9 if requests else None))
     if not model and traffic.get("from_bench_cmd"):
@@ -160,8 +162,22 @@ def run_tune(opts: TuneOptions) -> "TuneResult":
         from ..sim import StepTimeProfile
 
         prof = StepTimeProfile.load(own["profile"])
+    from ..hardware.prices import load_prices
+
+    prices = load_prices(own["gpu_price"])
+    if sizing:
+        from ..sim.capacity import trace_rate
+        from .sizing import size_space
+
+        target = rate if rate is not None else trace_rate(trace)
+        if not target:
+            raise UsageError("--gpus auto sizes a fleet for a rate: give --rate (or a log with timestamps)")
+        return size_space(base, make_trace, slos, space=space, target_rate=target, objective=objective,
+                          load_balancer=base.load_balancer, max_gpus=own["max_gpus"], prices=prices,
+                          processes=own["processes"], ray_address=own["ray_address"], profile=prof)
     from .search import tune
 
-    return tune(base, trace, slos, space=space, objective=own["objective"], processes=own["processes"],
+    return tune(base, trace, slos, space=space, objective=objective, processes=own["processes"],
                 ray_address=own["ray_address"], profile=prof, all_replicas=own["all_replicas"],
-                exhaustive=own["exhaustive"], reuse=not own["no_reuse"], extend_trace=extend)
+                exhaustive=own["exhaustive"], reuse=not own["no_reuse"], extend_trace=extend,
+                load_balancer=base.load_balancer)

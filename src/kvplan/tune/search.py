@@ -23,7 +23,7 @@ from .reuse import can_stand_for, family_key, trace_shares_prefixes
 from ..slo import Check, count_good, goodput_limits, judge
 from .rank import check_dict, closeness, pareto_front, pareto_latency_key, rank_key
 from .share import ShareOutcome, combine_shares, simulate_share
-from .space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, expand,
+from .space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, coverage_info, expand,
                          recommended_max_model_len)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,6 +109,7 @@ class TuneResult:
     #: per GPU of the space: the step-time model its rows stand on and its measured error
     clock: dict = field(default_factory=dict)
     default_max_model_len: Optional[int] = None  # what the space's default length resolved to
+    coverage: dict = field(default_factory=dict)  # the lengths the max_model_len holds (coverage_info)
 
     @property
     def winner(self) -> Optional[TuneRow]:
@@ -137,8 +138,18 @@ class TuneResult:
             "pareto": {"x": "output_tokens_per_s_per_gpu", "y": self.pareto_latency, "ranks": list(self.pareto)},
             "ranked": [r.to_dict() for r in self.rows],
             "backend": dict(self.backend), "elapsed_s": round(self.elapsed_s, 3), "notes": list(self.notes),
-            "clock": dict(self.clock),
+            "clock": dict(self.clock), "coverage": dict(self.coverage),
+            "per_gpu_type": {g: r.to_dict() for g, r in self.per_gpu_type().items()},
         }
+
+    def per_gpu_type(self) -> dict[str, TuneRow]:
+        """The best row of each GPU type (meeting the SLOs when one does, else its closest)."""
+        out: dict[str, TuneRow] = {}
+        for r in self.rows:  # ranked
+            g = r.flags["gpu"]
+            if g not in out or (r.meets_slo and not out[g].meets_slo):
+                out[g] = r
+        return out
 
 
 # A trace judges a configuration when its arrivals span several of that configuration's E2E times
@@ -153,7 +164,8 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
          objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
          profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
          exhaustive: bool = False, reuse: bool = True,
-         extend_trace: Optional[Callable[[int], Any]] = None, judge_saturation: bool = True) -> TuneResult:
+         extend_trace: Optional[Callable[[int], Any]] = None, judge_saturation: bool = True,
+         load_balancer: Optional[str] = None) -> TuneResult:
     """Search ``space`` for the best configuration on ``trace`` (see :func:`search`).
 
     A row the saturation detector could not judge (the trace ends while the engine still fills)
@@ -172,7 +184,8 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
         # benchmark, with no open-loop rate whose backlog could grow; rank on its own percentiles.
         judge_saturation = False
     kwargs = dict(space=space, objective=objective, processes=processes, ray_address=ray_address, profile=profile,
-                  all_replicas=all_replicas, exhaustive=exhaustive, reuse=reuse, judge_saturation=judge_saturation)
+                  all_replicas=all_replicas, exhaustive=exhaustive, reuse=reuse, judge_saturation=judge_saturation,
+                  load_balancer=load_balancer)
     t0 = time.perf_counter()
     result = search(base, trace, slos, **kwargs)
     rounds: list[dict] = []
@@ -269,7 +282,8 @@ def is_finite_benchmark(trace) -> bool:
 def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
            objective: str = "goodput_per_gpu", processes: Optional[int] = None, ray_address: Optional[str] = None,
            profile: Optional["StepTimeProfile"] = None, all_replicas: bool = False,
-           exhaustive: bool = False, reuse: bool = True, judge_saturation: bool = True) -> TuneResult:
+           exhaustive: bool = False, reuse: bool = True, judge_saturation: bool = True,
+           load_balancer: Optional[str] = None) -> TuneResult:
     """Search ``space`` around ``base`` for the configuration that serves ``trace`` best under
     ``slos``.
 
@@ -301,13 +315,18 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
     skipped = n_reused = 0
     prefixes = trace_shares_prefixes(trace)
     max_prompt = max(r.prompt_tokens for r in trace.requests)
-    with Runner(backend, {"trace": trace}) as runner:
+    with Runner(backend, {"trace": trace, "load_balancer": load_balancer}) as runner:
         cands, pruned, floor = expand(base, space, trace, plan_all=runner.map)
         for gpus in sorted({c.gpus for c in cands}):
             level = [c for c in cands if c.gpus == gpus]
-            best = next((r for r, _ in sorted(rows, key=lambda x: x[1]) if r.meets_slo), None)
-            if best is not None and not exhaustive:
-                level_kept = [c for c in level if not _cannot_win(c, best, objective, trace, all_replicas)]
+            # each GPU type is answered on its own ("how many A100s" even when an H100 count wins)
+            best_of = {}
+            for r, _ in sorted(rows, key=lambda x: x[1]):
+                if r.meets_slo:
+                    best_of.setdefault(r.flags["gpu"], r)
+            if best_of and not exhaustive:
+                level_kept = [c for c in level if c.plan.flags.gpu not in best_of
+                              or not _cannot_win(c, best_of[c.plan.flags.gpu], objective, trace, all_replicas)]
                 skipped += len(level) - len(level_kept)
                 level = level_kept
             outcomes, reused = _simulate_level(runner, level, base, profile, all_replicas, reuse and not prefixes,
@@ -325,6 +344,15 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
     front = sorted(on_front, key=lambda i: (-points[i][0], points[i][1]))
     notes: list[str] = []
     default_len = recommended_max_model_len(floor, base) if None in space.max_model_len else None
+    cov = coverage_info(trace, space.coverage_pct, base)
+    if cov["capped_at_model_limit"]:
+        notes.append(f"coverage: the traffic's P{cov['percentile']:g} prompt + output is {cov['need_tokens']:,} tokens, "
+                     f"above the model's limit of {cov['model_limit']:,}: max_model_len is held at the limit, which "
+                     f"covers {cov['covered_pct']:g}% of the {cov['requests']:,} requests ({cov['longer']:,} longer, "
+                     "rejected by vLLM as they would be; --slo error_rate=... gates them)")
+    elif space.coverage_pct is not None:
+        notes.append(f"coverage: max_model_len holds the traffic's P{cov['percentile']:g} prompt + output "
+                     f"({cov['need_tokens']:,} tokens; {cov['longer']:,} of {cov['requests']:,} requests are longer)")
     if default_len is not None:
         notes.append(f"max_model_len: the traffic needs {floor:,} tokens (prompt + output); the default tried is "
                      f"{default_len:,} (rounded up to a multiple of {DEFAULT_LEN_MULTIPLE:,}, within the model's limit)")
@@ -348,9 +376,16 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
     if n_sat:
         notes.append(f"{n_sat} configuration(s) cannot carry the rate: their backlog grows without bound "
                      "(check not_saturated), whatever this trace's percentiles say")
-    if not all_replicas and any(r.flags["data_parallel_size"] > 1 for r in ranked):
-        notes.append("data parallel: one replica simulated on its round-robin share (rate / DP), throughput "
-                     "× DP; percentiles are that replica's")
+    if any(r.flags["data_parallel_size"] > 1 for r in ranked):
+        from ..sim.balancer import rule_for
+        from ..sim.simulate import _version_of
+
+        rule = rule_for(load_balancer, replicas=2, vllm_version=_version_of(base), moe=base.model.is_moe)
+        how = ("one replica simulated on its share (the replicas are alike), throughput × DP; percentiles are "
+               "that replica's" if rule.static and not all_replicas else "every replica simulated")
+        if not rule.static:
+            how = "the replicas simulated together (the balancer reads their state)"
+        notes.append(f"data parallel: load balancer {rule.balancer} ({rule.text}; {rule.source}); {how}")
     return TuneResult(
         objective=objective, slos=tuple((s.key, s.limit) for s in slos), trace=_trace_info(trace),
         space=space.to_dict(), workload_max_model_len=floor, combinations=combos, pruned=pruned,
@@ -360,7 +395,7 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
         backend={**backend.to_dict(), "all_replicas": all_replicas, "exhaustive": exhaustive, "reuse": reuse},
         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
         base={"model": base.model.name, "gpu": base.gpu.name}, default_max_model_len=default_len,
-        clock=_clocks(cands, base, profile),
+        clock=_clocks(cands, base, profile), coverage=cov,
     )
 
 
@@ -469,11 +504,11 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
     total = fleet.total
     window = fleet.window_s
     # Replicas not simulated are alike the simulated ones: throughput scales with the replicas.
-    scale = c.data_parallel_size / len(shares)
+    scale = c.data_parallel_size / max(1, sum(s.replicas for s in shares))
     goodput = good / window * scale if window > 0 else 0.0
     error_rate = fleet.failed / total if total else None
     checks = judge(slos, latency=fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
-    if fleet.saturated:
+    if fleet.saturated and judge_saturation:
         # A backlog that grows without bound misses every SLO once the trace is long enough,
         # whatever this trace's percentiles say: the configuration does not carry the rate.
         checks = checks + (Check("not_saturated", False, 1.0, 0.0),)
@@ -490,7 +525,7 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
         rank=0, label=c.label(), flags=c.flags(), gpus=gpus, meets_slo=meets, checks=checks, miss=miss,
         goodput_requests_per_s=goodput, goodput_per_gpu=goodput / gpus, good_requests=good,
         requests={"total": total, "completed": fleet.completed, "rejected": fleet.rejected, "failed": fleet.failed,
-                  "replicas_simulated": len(shares), "replicas": c.data_parallel_size},
+                  "replicas_simulated": sum(s.replicas for s in shares), "replicas": c.data_parallel_size},
         throughput={"requests_per_s": round(rps, 6), "output_tokens_per_s": round(otps, 3),
                     "output_tokens_per_s_per_gpu": round(otps / gpus, 3), "window_s": round(window, 6)},
         latency_s=fleet.latency, preemptions=fleet.preemptions,

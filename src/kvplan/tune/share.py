@@ -41,6 +41,7 @@ class ShareOutcome:
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
     saturated: Optional[bool] = None  # the simulator's verdict on the replica's backlog (None: trace too short)
     saturation_reason: str = ""  # the detector's own words (why it could or could not judge)
+    replicas: int = 1  # the replicas this outcome covers (the whole fleet when the balancer reads their state)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Fleet:
 
 
 def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
+    shares = [s for s in shares if s.replicas] or list(shares)  # a fleet's one outcome stands for every replica
     ttft = tuple(x for s in shares for x in s.ttft)
     tpot = tuple(x for s in shares for x in s.tpot)
     e2e = tuple(x for s in shares for x in s.e2e)
@@ -89,21 +91,41 @@ def combine_shares(shares: Sequence[ShareOutcome]) -> Fleet:
 
 
 def simulate_share(task: tuple, shared: dict[str, Any]) -> ShareOutcome:
-    """Run in a worker: simulate replica ``k`` of ``dp`` on its round-robin share of the trace."""
-    from ..sim.simulate import simulate
-
+    """Run in a worker: replica ``k`` of ``dp`` on its share of the trace when the load balancer
+    depends on the arrival order only (round-robin, random, vLLM's where it sees no engine
+    state: :mod:`kvplan.sim.balancer`); the whole fleet, simulated together, when it reads their state."""
+    from ..sim.balancer import assign_blind, assign_static, rule_for
+    from ..sim.simulate import _trace_seed, _version_of, simulate
     from ..sim.steptime import default_profile
 
     _index, request, plan_result, profile, dp, k = task
-    shares = shared.setdefault("_shares", {})
-    if dp not in shares:
-        from .space import split_round_robin
-
-        shares[dp] = split_round_robin(shared["trace"], dp)
-    trace = shares[dp][k]
+    trace = shared["trace"]
+    lb = shared.get("load_balancer")
     prof = profile or default_profile(request, plan_result)
-    result = simulate(request, trace, profile=prof, plan_result=plan_result, per_request=True)
-    return replace(outcome_of(result, trace), profile=prof.source)
+    rule = rule_for(lb, replicas=dp, vllm_version=_version_of(request), moe=request.model.is_moe,
+                    seed=_trace_seed(trace)) if dp > 1 else None
+    if rule is not None and not rule.static and not getattr(trace, "max_concurrency", None):
+        if k:
+            return ShareOutcome(0, 0, 0, 0, 0, 0.0, 0.0, (), (), (), {}, 0, prof.source, replicas=0)
+        result = simulate(request, trace, profile=prof, plan_result=plan_result, per_request=True, load_balancer=lb)
+        return replace(outcome_of(result, trace), profile=prof.source, replicas=dp)
+    shares = shared.setdefault("_shares", {})
+    key = (dp, lb)
+    if key not in shares:
+        if rule is None or getattr(trace, "max_concurrency", None) or rule.kind == "round_robin":
+            from .space import split_round_robin
+
+            shares[key] = split_round_robin(trace, dp)
+        else:
+            reqs = trace.requests
+            owner = (assign_blind(rule, [r.arrival_s for r in reqs], dp) if rule.kind == "blind"
+                     else assign_static(rule, len(reqs), dp))
+            shares[key] = [replace(trace, requests=tuple(r for r, j in zip(reqs, owner) if j == i),
+                                   source=f"{trace.source} (replica {i + 1}/{dp}, {rule.balancer})") for i in range(dp)]
+    sub = shares[key][k]
+    result = simulate(replace(request, data_parallel_size=1), sub, profile=prof, plan_result=plan_result,
+                      per_request=True)
+    return replace(outcome_of(result, sub), profile=prof.source)
 
 
 def outcome_of(result, trace) -> ShareOutcome:

@@ -147,6 +147,34 @@ def workload_floor(trace: "Trace", coverage_pct: Optional[float]) -> int:
 DEFAULT_LEN_MULTIPLE = 1024
 
 
+def model_limit(base: "PlanRequest") -> float:
+    """The model's own max_model_len (vLLM's derived limit), or infinity when it cannot be read."""
+    from ..memory.defaults import derive_max_model_len
+    from ..memory.semantics import semantics
+
+    try:
+        limit, _ = derive_max_model_len(base.model, semantics(base.vllm_version, base.engine))
+    except UsageError:
+        return float("inf")
+    return limit
+
+
+def coverage_info(trace: "Trace", coverage_pct: Optional[float], base: "PlanRequest") -> dict[str, Any]:
+    """Which coverage tune used, as ``kvplan lengths`` counts it: the percentile of prompt + output
+    asked, the tokens it needs, the model's limit, and (when the need is above the limit) the
+    max_model_len used instead - the limit - with the share of requests it holds and how many are
+    longer (vLLM rejects them, as it would)."""
+    need = workload_floor(trace, coverage_pct)
+    limit = model_limit(base)
+    used = min(need, limit)
+    totals = [r.prompt_tokens + r.output_tokens for r in trace.requests]
+    longer = sum(1 for t in totals if t > used)
+    return {"percentile": coverage_pct if coverage_pct is not None else 100.0, "need_tokens": need,
+            "model_limit": None if limit == float("inf") else int(limit), "max_model_len_floor": int(used),
+            "capped_at_model_limit": need > limit, "requests": len(totals), "longer": longer,
+            "covered_pct": round(100.0 * (len(totals) - longer) / len(totals), 3) if totals else None}
+
+
 def recommended_max_model_len(need: int, base: "PlanRequest") -> int:
     """The max_model_len tune tries by default (the space's ``None``): ``need`` rounded up to a
     multiple of :data:`DEFAULT_LEN_MULTIPLE`, capped at the model's derived limit when that is at
@@ -233,7 +261,7 @@ def expand(base: "PlanRequest", space: TuneSpace, trace: "Trace", plan_all=None)
     workload's max_model_len floor. ``plan_all(fn, requests)`` maps :func:`plan_combination` over the
     requests (a process pool in a sweep; in this process by default)."""
     space.validate()
-    floor = workload_floor(trace, space.coverage_pct)
+    floor = min(workload_floor(trace, space.coverage_pct), model_limit(base))
     reasons: dict[str, int] = {}
     examples: dict[str, str] = {}
     to_plan = []

@@ -52,10 +52,16 @@ def _tables() -> dict:
     kvplan/traffic/flags.py, kvplan/simulate_flags.py, kvplan/workload/run.py)."""
     from ..simulate_flags import SIMULATE_FLAGS
     from ..traffic.flags import TRAFFIC_FLAGS
+    from ..tune.flags import NOT_TRAFFIC, SPACE_OVERRIDES, TUNE_FLAGS
     from ..workload.run import LENGTHS_FLAGS
 
+    # tune reads the space's serve flags as lists (its own types), and the server runs the work
+    space = tuple(f._replace(type=SPACE_OVERRIDES[f.field][0], names=f.names + tuple(SPACE_OVERRIDES[f.field][2:]))
+                  if f.field in SPACE_OVERRIDES else f for f in SERVE_FLAGS)
+    tune_own = tuple(f for f in TUNE_FLAGS if f.field not in ("processes", "ray_address", "profile"))
     return {"plan": (SERVE_FLAGS,), "simulate": (SERVE_FLAGS, TRAFFIC_FLAGS, SIMULATE_FLAGS),
-            "lengths": (LENGTHS_FLAGS,)}
+            "lengths": (LENGTHS_FLAGS,),
+            "tune": (space, tuple(f for f in TRAFFIC_FLAGS if f.field not in NOT_TRAFFIC), tune_own)}
 
 
 class _Allowed(dict):
@@ -156,6 +162,8 @@ def vet_argv(command: str, argv: Sequence[Any], uploads: Uploads) -> list[str]:
             value = _model_arg(value, uploads)
         elif flag == "--requests":
             value = uploads.path(value, "--requests")
+        elif flag == "--gpu-price" and "=" not in value:
+            raise UsageError("--gpu-price: the page takes NAME=USD pairs (e.g. A100-80GB=1.8,H100=2.5), not a file")
         out += [flag, value]
         i += 2
     return out + positional
@@ -199,6 +207,21 @@ def simulate_json(argv: list[str]) -> dict:
     pick = lambda table: {f.field: values[f.field] for f in table if f.field in values}  # noqa: E731
     traffic = {f.field: values.get(f.field) for f in TRAFFIC_FLAGS}
     return run_simulate(SimulateOptions.from_values(pick(SERVE_FLAGS), traffic, pick(SIMULATE_FLAGS))).to_dict()
+
+
+def tune_json(argv: list[str]) -> dict:
+    """``kvplan tune ARGV --format json`` (the page's sizing view sends ``--gpus auto``); the server
+    decides the work (one process here, no Ray), not the page."""
+    from ..traffic.flags import TRAFFIC_FLAGS
+    from ..tune.flags import NOT_TRAFFIC, TUNE_FLAGS
+    from ..tune.run import TuneOptions, run_tune
+
+    values, _ = _values("tune", argv)
+    serve = {f.field: values[f.field] for f in SERVE_FLAGS if f.field in values}
+    traffic = {f.field: values.get(f.field) for f in TRAFFIC_FLAGS if f.field not in NOT_TRAFFIC}
+    own = {f.field: values[f.field] for f in TUNE_FLAGS if f.field in values}
+    own.update(processes=1, ray_address=None, profile=None)
+    return run_tune(TuneOptions(serve=serve, traffic=traffic, own=own)).to_dict()
 
 
 def lengths_json(argv: list[str]) -> dict:

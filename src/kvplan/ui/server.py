@@ -1,7 +1,7 @@
 """``kvplan ui``'s web server (aiohttp, imported only by this command).
 
 Routes: the page and its three assets (package data, served from memory), and one JSON API:
-``GET /api/models|gpus|versions``, ``POST /api/plan|simulate|lengths`` with ``{"argv": [...]}``,
+``GET /api/models|gpus|versions``, ``POST /api/plan|simulate|lengths|tune`` with ``{"argv": [...]}``,
 ``POST /api/upload?kind=config|log`` with the raw file as the body. Errors are JSON
 ``{"error": MESSAGE}`` with the CLI's message (400 for what the user asked, 413 for an upload over
 the limit, 500 with a generic line and no trace for a kvplan bug). The library work runs in a
@@ -149,6 +149,7 @@ def make_app() -> web.Application:
     app.router.add_post("/api/plan", _command_handler("plan", api.plan_json))
     app.router.add_post("/api/simulate", _command_handler("simulate", api.simulate_json))
     app.router.add_post("/api/lengths", _command_handler("lengths", api.lengths_json))
+    app.router.add_post("/api/tune", _command_handler("tune", api.tune_json))
     app.router.add_post("/api/upload", _upload)
 
     async def cleanup(app: web.Application) -> None:

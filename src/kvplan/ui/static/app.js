@@ -60,6 +60,8 @@ const PLAN_FIELDS = [ // [element id, flag, url key]
   ["mnbt", "--max-num-batched-tokens", "mnbt", ""], ["gmu", "--gpu-memory-utilization", "gmu", ""],
   ["block-size", "--block-size", "bs", ""], ["vllm-version", "--vllm-version", "v", ""],
 ];
+const SIZING_FIELDS = [["size-rate", "srate", "10"], ["size-gpus", "sgpus", "A100-80GB,H100"], ["size-lb", "slb", "vllm"],
+  ["size-objective", "sobj", "min_gpus"], ["size-prices", "sprice", ""], ["size-max", "smax", "128"]];
 const TRAFFIC_FIELDS = [["rate", "rate", "10"], ["num-prompts", "n", "500"], ["in-len", "in", "1024"],
   ["out-len", "out", "128"], ["max-conc", "mc", ""], ["burst", "burst", ""], ["log-rate", "lrate", ""],
   ["slo-ttft", "sttft", ""], ["slo-tpot", "stpot", ""], ["slo-e2e", "se2e", ""]];
@@ -103,6 +105,29 @@ function simArgv() {
   return argv;
 }
 
+// the sizing view: the Traffic tab's lengths (or log) and SLO, the left panel's model and flags, DP derived
+function sizeArgv() {
+  const argv = ["--model", modelArg(), "--gpu", $("size-gpus").value.trim(), "--gpus", "auto",
+                "--rate", $("size-rate").value.trim() || "1", "--load-balancer", $("size-lb").value,
+                "--objective", $("size-objective").value, "--max-gpus", $("size-max").value || "128"];
+  for (const [id, flag] of [["dtype", "--dtype"], ["quantization", "--quantization"], ["kv-dtype", "--kv-cache-dtype"],
+                            ["mml", "--max-model-len"], ["mns", "--max-num-seqs"], ["mnbt", "--max-num-batched-tokens"],
+                            ["gmu", "--gpu-memory-utilization"], ["vllm-version", "--vllm-version"]]) {
+    if ($(id).value && !(id === "dtype" && $(id).value === "auto")) argv.push(flag, $(id).value);
+  }
+  if (!$("mns").value) argv.push("--max-num-seqs", "default");
+  if (!$("gmu").value) argv.push("--gpu-memory-utilization", "0.9");
+  if (document.querySelector("input[name=wl]:checked").value === "log" && state.logUpload) {
+    argv.push("--requests", state.logUpload);
+  } else {
+    argv.push("--input-len", $("in-len").value || "1024", "--output-len", $("out-len").value || "128");
+  }
+  if ($("size-prices").value.trim()) argv.push("--gpu-price", $("size-prices").value.trim());
+  const slo = sloText();
+  if (slo) argv.push("--slo", slo);
+  return argv;
+}
+
 function shellQuote(a) { return /^[A-Za-z0-9_./:=,@%+-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`; }
 function cliLine(cmd, argv) {
   const shown = argv.map((a) => a === state.upload ? (state.uploadName || "config.json") : a === state.logUpload ? (state.logName || "requests.jsonl") : a);
@@ -122,13 +147,14 @@ function saveUrl() {
   if (wl !== "bench") p.set("wl", wl);
   if (state.logUpload) { p.set("log", state.logUpload); p.set("logname", state.logName || ""); }
   for (const [id, key, dflt] of TRAFFIC_FIELDS) if ($(id).value !== dflt) p.set(key, $(id).value);
+  for (const [id, key, dflt] of SIZING_FIELDS) if ($(id).value !== dflt) p.set(key, $(id).value);
   if (state.compare.length) p.set("cmp", JSON.stringify(state.compare.map((c) => c.argv)));
   history.replaceState(null, "", "?" + p.toString());
 }
 
 function restoreUrl() {
   const p = new URLSearchParams(location.search);
-  state.view = p.get("view") === "traffic" ? "traffic" : "plan";
+  state.view = ["traffic", "sizing"].includes(p.get("view")) ? p.get("view") : "plan";
   $("model").value = p.get("model") || "meta-llama/Meta-Llama-3-8B";
   if (p.get("upload")) { state.upload = p.get("upload"); state.uploadName = p.get("model"); }
   const gpu = p.get("gpu");
@@ -147,6 +173,7 @@ function restoreUrl() {
   if (p.get("wl") === "log") $("wl-log").checked = true;
   if (p.get("log")) { state.logUpload = p.get("log"); state.logName = p.get("logname") || "requests"; $("log-name").textContent = `log: ${state.logName}`; }
   for (const [id, key, dflt] of TRAFFIC_FIELDS) $(id).value = p.get(key) !== null ? p.get(key) : dflt;
+  for (const [id, key, dflt] of SIZING_FIELDS) $(id).value = p.get(key) !== null ? p.get(key) : dflt;
   try { const cmp = JSON.parse(p.get("cmp") || "[]"); if (Array.isArray(cmp)) state.pendingCompare = cmp.filter(Array.isArray); } catch (err) { /* a hand-edited link: no tray */ }
 }
 
@@ -154,7 +181,8 @@ function restoreUrl() {
 async function refreshPlan() {
   const seq = ++state.planSeq;
   const argv = planArgv();
-  $("cli-cmd").textContent = cliLine(state.view === "traffic" ? "simulate" : "plan", state.view === "traffic" ? safeSimArgv() : argv);
+  $("cli-cmd").textContent = state.view === "sizing" ? cliLine("tune", sizeArgv())
+    : cliLine(state.view === "traffic" ? "simulate" : "plan", state.view === "traffic" ? safeSimArgv() : argv);
   saveUrl();
   try {
     const plan = await api("/api/plan", { argv });
@@ -438,6 +466,72 @@ function drawLines(box, series, xLabel, yLabel, opts = {}) {
   box.append(s);
 }
 
+// ---------- sizing view ----------
+async function runSizing() {
+  const argv = sizeArgv();
+  $("cli-cmd").textContent = cliLine("tune", argv);
+  saveUrl();
+  const status = $("size-status");
+  status.textContent = "sizing: every GPU type, every replica simulated…";
+  $("run-size").disabled = true;
+  const t0 = performance.now();
+  try {
+    const d = await api("/api/tune", { argv });
+    showError(null);
+    status.textContent = `sized in ${fmt((performance.now() - t0) / 1000, 1)} s (round trip)`;
+    renderSizing(d);
+    document.body.dataset.sizeArgv = JSON.stringify(argv);
+    return d;
+  } catch (err) {
+    status.textContent = "";
+    showError(err.message);
+    return null;
+  } finally {
+    $("run-size").disabled = false;
+    document.body.dataset.sizeDone = String(Number(document.body.dataset.sizeDone || 0) + 1);
+  }
+}
+
+const money = (x, d = 2) => (x === null || x === undefined) ? "–" : "$" + Number(x).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+function capText(s) {
+  const c = s.capacity || {};
+  if (c.max_rate === null || c.max_rate === undefined) return c.at_least ? `≥ ${fmt(c.at_least)} req/s` : "–";
+  return `${fmt(c.max_rate)} req/s ± ${Math.round((c.noise || 0) * 100)}%` + (c.judged === false ? " (lower bound)" : "");
+}
+function renderSizing(d) {
+  $("size-results").hidden = false;
+  const w = d.winner;
+  const v = clear($("size-verdict"));
+  v.className = "verdict " + (w ? "ok" : "bad");
+  v.dataset.gpus = w ? String(w.gpus) : "";
+  v.append(el("div", { class: "title" }, w
+    ? `${w.gpus} × ${w.gpu}: ${w.replicas} replicas of TP${w.flags.tensor_parallel_size} carry ${fmt(d.target_rate)} req/s` +
+      (w.cost && w.cost.usd_per_hour !== null && w.cost.usd_per_hour !== undefined ? `, ${money(w.cost.usd_per_hour)}/hour` : "")
+    : `No fleet of up to ${fmtInt(d.max_gpus)} GPUs carries ${fmt(d.target_rate)} req/s within the SLO`));
+  const tb = clear($("size-table").tBodies[0]);
+  for (const s of d.per_gpu_type) {
+    const at = s.at_target || {};
+    const tr = el("tr", { "data-gpu": s.gpu, "data-gpus": s.gpus === null ? "" : String(s.gpus) },
+      el("td", {}, s.gpu), el("td", {}, s.gpus === null ? "–" : fmtInt(s.gpus)),
+      el("td", {}, s.replicas ? `${s.replicas} × TP${s.flags.tensor_parallel_size}` : (s.reason || "–")),
+      el("td", {}, capText(s)), el("td", {}, s.capacity && s.capacity.per_gpu ? fmt(s.capacity.per_gpu, 3) : "–"),
+      el("td", {}, at.ttft_p99 !== undefined ? fmtSec(at.ttft_p99) : "–"),
+      el("td", {}, money((s.cost || {}).usd_per_hour)), el("td", {}, money((s.cost || {}).usd_per_million_output_tokens, 3)));
+    tb.append(tr);
+  }
+  const lb = d.load_balancer || {};
+  $("size-lb-text").textContent = `load balancer ${lb.name || "?"}: ${lb.text || ""} (${lb.source || ""}). ` + (d.notes || []).join(" ");
+  const colors = ["#3b6fd8", "#59a14f", "#e15759", "#f28e2b"];
+  const series = d.per_gpu_type.filter((s) => s.capacity && s.capacity.curve && s.capacity.curve.length)
+    .map((s, i) => ({ name: `${s.gpu} ×${s.gpus}`, color: colors[i % colors.length],
+                      points: s.capacity.curve.filter((p) => p.ttft_p99 !== null).map((p) => [p.rate, p.ttft_p99]) }));
+  drawLines($("size-curve"), series, "offered req/s", "TTFT p99 (s)", { yfmt: (x) => fmt(x, 2), xfmt: (x) => fmt(x, 1),
+    marks: [[d.target_rate, "target"]] });
+  const launch = w && w.launch && w.launch.commands ? w.launch.commands.map(([where, cmd]) => `# ${where}\n${cmd}`).join("\n") : (w ? w.serve_command : "");
+  $("size-launch").textContent = launch;
+  $("size-launch-note").textContent = w && w.launch ? w.launch.note || "" : "";
+}
+
 // ---------- traffic view ----------
 async function runSimulation() {
   let argv;
@@ -646,6 +740,7 @@ function onDrop(ev) {
 // ---------- wiring ----------
 function onPlanInput() {
   if (state.view === "traffic") $("cli-cmd").textContent = cliLine("simulate", safeSimArgv());
+  if (state.view === "sizing") $("cli-cmd").textContent = cliLine("tune", sizeArgv());
   refreshPlanSoon();
 }
 function onWorkloadMode() {
@@ -658,8 +753,9 @@ function setView(v) {
   state.view = v;
   $("view-plan").hidden = v !== "plan";
   $("view-traffic").hidden = v !== "traffic";
+  $("view-sizing").hidden = v !== "sizing";
   for (const b of document.querySelectorAll(".tab")) b.classList.toggle("active", b.dataset.view === v);
-  $("cli-cmd").textContent = v === "traffic" ? cliLine("simulate", safeSimArgv()) : cliLine("plan", planArgv());
+  $("cli-cmd").textContent = v === "traffic" ? cliLine("simulate", safeSimArgv()) : v === "sizing" ? cliLine("tune", sizeArgv()) : cliLine("plan", planArgv());
   saveUrl();
 }
 async function copyText(text, btn) {
@@ -700,6 +796,8 @@ async function init() {
   $("copy-cli").addEventListener("click", () => copyText($("cli-cmd").textContent, $("copy-cli")));
   $("share").addEventListener("click", () => copyText(location.href, $("share")));
   $("run-sim").addEventListener("click", runSimulation);
+  $("run-size").addEventListener("click", runSizing);
+  for (const [id] of SIZING_FIELDS) $(id).addEventListener("input", () => { saveUrl(); $("cli-cmd").textContent = cliLine("tune", sizeArgv()); });
   $("add-compare").addEventListener("click", () => addCompare());
   $("clear-compare").addEventListener("click", () => { state.compare = []; renderCompare(); saveUrl(); });
   $("config-file").addEventListener("change", (e) => { if (e.target.files[0]) takeConfig(e.target.files[0]); e.target.value = ""; });
@@ -714,5 +812,5 @@ async function init() {
   document.body.dataset.ready = "1";
 }
 
-window.kvplanUi = { onDrop, takeConfig, takeLog, refreshPlan, runSimulation, state };
+window.kvplanUi = { onDrop, takeConfig, takeLog, refreshPlan, runSimulation, runSizing, state };
 document.addEventListener("DOMContentLoaded", init);
