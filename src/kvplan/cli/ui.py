@@ -18,8 +18,8 @@ def ui_cmd(
     if not 0 <= port <= 65535:
         _fail(f"--port must be 0-65535, got {port}")
     if host not in _LOOPBACK:
-        typer.echo(f"kvplan ui: warning: binding {host}, not 127.0.0.1: anyone who can reach this address can use "
-                   "the page and upload files to it (there is no login)", err=True)
+        typer.echo(f"kvplan ui: warning: binding {host}, not 127.0.0.1: anyone who can reach this address and has "
+                   "the printed URL (it carries a random token) can use the page and upload files to it", err=True)
     from ..ui.server import serve
 
     try:

@@ -39,6 +39,8 @@ import heapq
 from collections import deque
 from typing import NamedTuple, Optional, Sequence
 
+from ..errors import UsageError
+from ..limits import active as active_limits
 from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, DecodeBookkeeping, Req
 from .kvmanager import make_kv_manager
 from .recorder import StepRecorder
@@ -80,6 +82,7 @@ class Engine(DecodeBookkeeping):
         self.reserve_full_prompt = reserve_full_prompt
         self.async_sched = async_scheduling
         self.interval = timeline_interval_s
+        self.max_samples = active_limits().max_timeline_samples
         self.max_steps = max_steps
         # the plan's KV groups: one manager object counts their blocks (kvmanager.py)
         self.kv = make_kv_manager(groups=groups, sizing=sizing, num_gpu_blocks=num_gpu_blocks, block_size=block_size,
@@ -391,6 +394,10 @@ class Engine(DecodeBookkeeping):
         return steps
 
     def _sample(self, t: float) -> None:
+        if len(self.timeline) >= self.max_samples:
+            raise UsageError(f"--timeline-interval {self.interval:g}s: more than {self.max_samples:,} timeline samples "
+                             f"(the run had reached {t:.6g} s), {active_limits().who}'s cap of timeline samples per "
+                             "run: give a larger --timeline-interval")
         span = t - self._last_sample_t
         self._last_sample_t = t
         self.timeline.append({"t": round(t, 6), "running": len(self.running) - len(self.pending),

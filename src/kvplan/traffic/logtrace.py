@@ -149,5 +149,12 @@ def trace_from_log(paths: Sequence[str], *, tokenizer: Any = None, rate: Optiona
             source = "usage" if r.prompt_tokens is not None else "tokenizer" if tok is not None else "estimate"
             counted_by[source] = counted_by.get(source, 0) + 1
     counted = ", ".join(f"{k} {v:,}" for k, v in sorted(counted_by.items()))
+    notes: tuple[str, ...] = ()
+    if book.capped_at is not None:
+        from ..limits import active as active_limits
+
+        lim = active_limits()
+        notes = (f"replayed the log's first {book.capped_at:,} records only: {lim.who}'s cap of records per run "
+                 f"({lim.beyond})",)
     return Trace(tuple(reqs), f"{', '.join(map(str, paths))}: {len(reqs):,} requests, {how}, prompt tokens counted by "
-                 f"{counted}", tuple(sorted(skipped.items())))
+                 f"{counted}", tuple(sorted(skipped.items())), notes=notes)

@@ -187,13 +187,16 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
     ``max_concurrency`` closes the loop for any of them. Every flag is checked here, before
     anything is simulated; the same function builds the trace at each rate of a saturation search,
     with the same seed."""
+    from ..limits import active as active_limits
     from ..slo import parse_seconds
     from .lengthdist import parse_length
 
+    limits = active_limits()
     if max_concurrency is not None and max_concurrency < 1:
         raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
     if bench is not None:
         bench.validate()
+        limits.requests(bench.num_prompts, "--num-prompts")
         maker = TraceMaker(bench=bench, version=version, num_special=num_special, vocab_size=vocab_size,
                            notes=tuple(notes))
         maker(None)  # every flag checked now
@@ -209,6 +212,8 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
     in_dist = parse_length(input_len or "1024", "--input-len")
     out_dist = parse_length(output_len or "256", "--output-len")
     n = num_requests if num_requests is not None or dur is not None else 1000
+    if n is not None and not requests:  # a log replayed stops at the cap (TraceMaker), and says so
+        limits.requests(n, "--num-requests")
     return TraceMaker(requests=requests, tokenizer=tokenizer, num_requests=num_requests, count=n, duration_s=dur,
                       input_len=in_dist, output_len=out_dist, arrival=arrival, seed=seed,
                       max_concurrency=max_concurrency, notes=tuple(notes))
@@ -227,7 +232,7 @@ class TraceMaker:
     requests: Optional[str] = None
     tokenizer: Any = None
     num_requests: Optional[int] = None
-    count: int = 1000
+    count: Optional[int] = 1000  # None: arrivals until duration_s
     duration_s: Optional[float] = None
     input_len: Any = None
     output_len: Any = None
@@ -245,6 +250,8 @@ class TraceMaker:
     def __call__(self, r: Optional[float], length: Optional[int] = None) -> Trace:
         import dataclasses
 
+        from ..limits import active as active_limits
+
         if self.bench is not None:
             b = self.bench if length is None else dataclasses.replace(self.bench, num_prompts=length)
             return bench_trace(b, version=self.version, num_special=self.num_special, vocab_size=self.vocab_size,
@@ -252,19 +259,28 @@ class TraceMaker:
         if self.requests:
             from .logtrace import trace_from_log
 
-            if length is None:
+            limits = active_limits()
+            if length is None:  # a log longer than the cap is replayed up to it, and the trace says so
+                cap = limits.max_requests + 1
                 tr = trace_from_log([self.requests], tokenizer=self.tokenizer, rate=r, arrival=self.arrival,
-                                    seed=self.seed, num_requests=self.num_requests, max_tokens=self.max_tokens,
-                                    estimate=self.estimate)
+                                    seed=self.seed, num_requests=min(self.num_requests or cap, cap),
+                                    max_tokens=self.max_tokens, estimate=self.estimate)
+                if len(tr.requests) > limits.max_requests:
+                    tr = dataclasses.replace(tr, requests=tr.requests[:limits.max_requests], notes=tuple(tr.notes) + (
+                        f"replayed the first {limits.max_requests:,} requests of the log: {limits.who}'s cap per run "
+                        f"({limits.beyond})",))
             else:  # a probe: the log read once per process, its lengths cycled at the probe's rate
                 key = (self.requests, self.tokenizer if isinstance(self.tokenizer, (str, type(None)))
                        else id(self.tokenizer), self.max_tokens, self.estimate)
                 if key not in _LOG_CACHE:
                     _LOG_CACHE[key] = trace_from_log([self.requests], tokenizer=self.tokenizer, rate=1.0,
                                                      arrival=self.arrival, seed=self.seed, max_tokens=self.max_tokens,
-                                                     estimate=self.estimate)
+                                                     estimate=self.estimate,
+                                                     num_requests=limits.max_requests)
                 tr = cycle_trace(_LOG_CACHE[key], length, r, arrival=self.arrival, seed=self.seed)
         else:
+            if length is None and self.count is None and r is not None and self.duration_s is not None:
+                active_limits().requests(r * self.duration_s, f"--rate {r:g} x --duration {self.duration_s:g} s")
             tr = synthetic_trace(r, num_requests=self.count if length is None else length,
                                  duration_s=self.duration_s if length is None else None, input_len=self.input_len,
                                  output_len=self.output_len, arrival=self.arrival, seed=self.seed)

@@ -14,18 +14,12 @@ an uploaded log (see :class:`Uploads`).
 """
 from __future__ import annotations
 
-import hashlib
-import re
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UsageError
 from ..serve_flags import SERVE_FLAGS
-
-#: largest upload (a config.json or a request log) the server reads
-MAX_UPLOAD_BYTES = 20 << 20
+from .uploads import MAX_UPLOAD_BYTES, Uploads, UploadTooLarge  # noqa: F401 - the page's uploads
 
 #: vLLM versions whose source docs/vllm-semantics.md says was read in full (the newest first);
 #: any other version is accepted too, as on the command line
@@ -74,63 +68,6 @@ class _Allowed(dict):
 
 ALLOWED = _Allowed()
 
-_UPLOAD_ID = re.compile(r"^upload:([0-9a-f]{16})$")
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class Uploads:
-    """Files the page sent, kept in a private temporary folder for the server's lifetime and named
-    ``upload:<hash>`` in argv (the hash of the content, so a re-drop is the same id)."""
-
-    def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="kvplan-ui-")
-        self.root = Path(self._dir.name)
-        self._paths: dict[str, Path] = {}
-        self._log_names: dict[str, str] = {}  # a request log's server path -> the name it was dropped as
-
-    def add(self, name: str, data: bytes, kind: str) -> dict:
-        if len(data) > MAX_UPLOAD_BYTES:
-            raise UploadTooLarge(len(data))
-        digest = hashlib.sha256(data).hexdigest()[:16]
-        safe = _SAFE_NAME.sub("_", Path(name or "upload").name)[-80:] or "upload"
-        if kind == "config":
-            safe = "config.json"  # load_model reads a path ending .json as a config.json
-        folder = self.root / digest
-        folder.mkdir(exist_ok=True)
-        path = folder / safe
-        path.write_bytes(data)
-        self._paths[digest] = path
-        if kind == "log":
-            self._log_names[str(path)] = Path(name or "upload").name
-        return {"id": f"upload:{digest}", "name": Path(name or "upload").name, "bytes": len(data)}
-
-    def public(self, answer: Any) -> Any:
-        """``answer`` with every uploaded log's server path replaced by the name it was dropped as:
-        the page shows "cs.jsonl.gz", never this server's temporary folder."""
-        if not self._log_names:
-            return answer
-        import json
-
-        text = json.dumps(answer)
-        for path, name in self._log_names.items():
-            text = text.replace(json.dumps(path)[1:-1], json.dumps(name)[1:-1])
-        return json.loads(text)
-
-    def path(self, token: str, flag: str) -> str:
-        m = _UPLOAD_ID.match(token)
-        if not m or m.group(1) not in self._paths:
-            raise UsageError(f"{flag}: {token!r} is not a file uploaded to this page (drop the file on the page)")
-        return str(self._paths[m.group(1)])
-
-    def close(self) -> None:
-        self._dir.cleanup()
-
-
-class UploadTooLarge(UsageError):
-    def __init__(self, size: int):
-        self.size = size
-        super().__init__(f"upload too large: {size / (1 << 20):.1f} MiB; the limit is "
-                         f"{MAX_UPLOAD_BYTES >> 20} MiB (run the CLI on bigger files: kvplan lengths FILE)")
 
 
 def vet_argv(command: str, argv: Sequence[Any], uploads: Uploads) -> list[str]:
@@ -253,9 +190,15 @@ def has_tokenizer(model: str | None) -> bool:
 @lru_cache(maxsize=1)
 def models_json() -> list[dict]:
     """``kvplan models --format json`` (the catalog)."""
-    from ..memory.listing import catalog_rows
+    from ..models import catalog, load_model
+    from ..models.params import count_params
 
-    return catalog_rows()
+    rows = []
+    for entry in catalog.entries():
+        spec = load_model(entry.id)
+        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
+                     "summary": spec.describe()})
+    return rows
 
 
 @lru_cache(maxsize=1)

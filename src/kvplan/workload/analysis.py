@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
+from ..limits import active as active_limits
 from .accumulate import Accumulator
 from .chat_template import TemplateError
 from .finalize import finalize
@@ -73,6 +74,7 @@ class _Book:
         self.issues: list[Issue] = []
         self.issues_total = 0
         self.pending: dict[int, list] = {}  # record id → [requests left, requests ok, first failure]
+        self.capped_at: Optional[int] = None  # reading stopped at the front end's cap of records
 
     def issue(self, issue: Issue) -> None:
         self.issues_total += 1
@@ -125,7 +127,11 @@ def iter_requests(paths: list[str], opts: LengthsOptions, book: _Book) -> Iterat
             rid += 1
             yield from _expand(rid, entry["file"], entry["line"], lambda e=entry: from_vllm_entry(e, opts.fields), book)
 
+    cap = active_limits().max_log_records
     for item in read_items(paths, opts.max_record_bytes, opts.container):
+        if cap is not None and book.read >= cap:
+            book.capped_at = cap  # the front end's cap on records per command: said in the result's notes
+            break
         if item.kind != "issue" or item.line:
             seen_files.add(item.file)
         if item.kind == "blank":
@@ -295,4 +301,12 @@ def analyze_lengths(paths: list[str], tokenizer: Optional[ChatTokenizer] = None,
             flush()
     flush()
     acc.close_sessions()
-    return finalize(acc, book, files, tokenizer, est, options, plan, model)
+    result = finalize(acc, book, files, tokenizer, est, options, plan, model)
+    if book.capped_at is not None:
+        import dataclasses
+
+        lim = active_limits()
+        result = dataclasses.replace(result, notes=(
+            f"Read the first {book.capped_at:,} records only: {lim.who}'s cap of records per run "
+            f"({lim.beyond}).",) + tuple(result.notes))
+    return result

@@ -40,9 +40,12 @@ function showError(msg) {
   e.hidden = false;
 }
 
+// `kvplan ui --host ADDR` (not loopback) prints its URL with ?token=...: every API call carries it
+const TOKEN = new URLSearchParams(location.search).get("token");
 async function api(path, body, raw) {
-  const opts = body === undefined ? {} : { method: "POST", body: raw ? body : JSON.stringify(body),
-                                           headers: { "Content-Type": raw ? "application/octet-stream" : "application/json" } };
+  const headers = TOKEN ? { "X-Kvplan-Token": TOKEN } : {};
+  const opts = body === undefined ? { headers } : { method: "POST", body: raw ? body : JSON.stringify(body),
+    headers: { ...headers, "Content-Type": raw ? "application/octet-stream" : "application/json" } };
   let resp;
   try { resp = await fetch(path, opts); } catch (err) { throw new Error("the kvplan ui server is not answering (is `kvplan ui` still running?)"); }
   let data = null;
@@ -137,6 +140,7 @@ function cliLine(cmd, argv) {
 // ---------- URL state ----------
 function saveUrl() {
   const p = new URLSearchParams();
+  if (TOKEN) p.set("token", TOKEN);  // a shared link opens the page for a teammate, as the printed URL does
   p.set("view", state.view);
   if ($("model").value) p.set("model", $("model").value);
   if (state.upload && $("model").value === state.uploadName) p.set("upload", state.upload);

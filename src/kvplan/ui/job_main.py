@@ -1,0 +1,36 @@
+"""What a page job runs (:mod:`kvplan.ui.jobs`), imported once by the jobs' forkserver.
+
+Importing this module loads what the page's commands use (the CLI's parsers and the library
+behind them) and reads the catalogs, so each forked job starts with them in memory. It must not
+raise: the forkserver would die with it.
+"""
+from __future__ import annotations
+
+
+def read_config(path: str, name: str) -> dict:
+    """An uploaded config.json read with the CLI's validators: errors name the field and the file
+    by the name the page gave it, never the server's path."""
+    from ..errors import UsageError
+    from ..models import load_model
+
+    try:
+        spec = load_model(path)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace(path, name)) from None
+    return {"model_id": spec.name, "summary": spec.describe()}
+
+
+def _warm() -> None:
+    try:
+        from ..cli import lengths, plan_flags, simulate  # noqa: F401 - loaded for the jobs
+        from ..hardware import catalog as gpus
+        from ..models import catalog
+        from . import api  # noqa: F401
+
+        catalog.entries()
+        gpus()
+    except Exception:  # noqa: BLE001, S110 - a job imports what failed here and reports it itself
+        pass
+
+
+_warm()
