@@ -17,6 +17,8 @@ from typing import Any, Optional
 from ..errors import UsageError, file_not_found
 
 GIB = 1 << 30
+#: a figure longer than this is not one vLLM printed (a 5,000-digit number is an attack on int())
+_MAX_FIGURE_CHARS = 40
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _SNUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"  # figures that can go negative (an over-committed budget)
 
@@ -54,6 +56,8 @@ class StartupLog:
     # False PyTorch-native, None not printed; the profile run's sampler peak depends on it
     flashinfer_sampler: Optional[bool] = None
     lines_read: int = 0
+    #: engine args the log printed that kvplan did not take: (name, why), e.g. a value of the wrong type
+    ignored_args: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def available_kv_bytes(self) -> Optional[int]:
@@ -114,11 +118,107 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                          r"torch\.cuda\.OutOfMemoryError|NotImplementedError): .*)")),
 ]
 
-_RANK = re.compile(r"\b(?:rank|Worker_TP\d+_PP\d+|rank_)=?(\d+)")
+_RANK = re.compile(r"\b(?:rank|Worker_TP\d+_PP\d+|rank_)=?(\d{1,9})\b")
+_TEXT_GROUPS = frozenset(("version", "engine_cfg", "nondefault", "error", "sampler_flashinfer", "sampler_native"))
+#: what ``ast.literal_eval`` raises on a line that is not a Python literal: malformed, an unhashable
+#: dict key, an integer of more than 4,300 digits, nesting deeper than the parser's stack
+_LITERAL_ERRORS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError)
 
-# vLLM's flags whose values are credentials (--api-key, --hf-token, ...): read, never repeated.
-_SECRET_ARG = re.compile(r"api_key|token$|secret|password", re.IGNORECASE)
+#: engine args kvplan reads from a log, and the type each must have (vLLM prints them so; a log
+#: with another type was not written by vLLM and the arg is ignored, said in ``ignored_args``)
+_INT_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+             "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks_override",
+             "kv_cache_memory_bytes", "max_seq_len")
+_FLOAT_ARGS = ("gpu_memory_utilization",)
+_STR_ARGS = ("model", "dtype", "quantization", "kv_cache_dtype")
+_BOOL_ARGS = ("enforce_eager", "async_scheduling", "enable_prefix_caching")
+_MAX_ARG_INT = 1 << 40
+
 REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an arg's value is a secret: vLLM's ``api_key``, ``hf_token``, ``ssl_keyfile``, any
+    ``*secret*``, ``*password*``, ``*credential*``, a name ending in ``token`` or ``key`` (not
+    ``long_prefill_token_threshold`` nor ``max_num_batched_tokens``: those are not secrets)."""
+    parts = [p for p in re.split(r"[_\-. ]+", name.lower()) if p]
+    if not parts:
+        return False
+    last = parts[-1]
+    return (last in ("token", "key", "keyfile", "apikey", "pass", "pwd") or "key_file" in name.lower()
+            or any(p.startswith(("secret", "passw", "credential")) for p in parts))
+
+
+_PAIR = re.compile(r"""(['"]?([A-Za-z][A-Za-z0-9_.\-]*)['"]?\s*[:=]\s*)('[^']*'|"[^"]*"|[^\s,})\]]+)""")
+_FLAG = re.compile(r"""(--([a-z][a-z0-9\-]*)(?:=|\s+))('[^']*'|"[^"]*"|\S+)""")
+_SECRET_HINT = re.compile(r"key|token|secret|passw|pwd|credential", re.IGNORECASE)
+
+
+def redact_line(line: str) -> str:
+    """A log line with the values of secret names redacted: ``'api_key': 'sk-...'``,
+    ``api_key=...``, ``--api-key ...`` (vLLM prints its non-default args, and a launcher its
+    command line)."""
+    if not _SECRET_HINT.search(line):
+        return line
+
+    def pair(m: re.Match) -> str:
+        value = m.group(3)
+        if not is_secret_name(m.group(2)) or value in ("None", "True", "False", "''", '""'):
+            return m.group(0)
+        quote = value[0] if value[0] in "'\"" else ""
+        return f"{m.group(1)}{quote}{REDACTED}{quote}"
+
+    def flag(m: re.Match) -> str:
+        if not is_secret_name(m.group(2)) or m.group(3).startswith("--"):
+            return m.group(0)
+        return f"{m.group(1)}{REDACTED}"
+
+    return _FLAG.sub(flag, _PAIR.sub(pair, line))
+
+
+def redact_args(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with the values of secret names (:func:`is_secret_name`) replaced by ``<redacted>``
+    (also inside nested dicts: a JSON config arg). True/False stay: they say whether, not what."""
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if isinstance(key, str) and is_secret_name(key) and value not in (None, "") and not isinstance(value, bool):
+            out[key] = REDACTED
+        elif isinstance(value, dict):
+            out[key] = redact_args(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _typed_args(args: dict, log: "StartupLog") -> dict[str, Any]:
+    """The args with string keys whose known ones have the type vLLM prints (others are ignored and
+    said in ``log.ignored_args``); secrets redacted."""
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if not isinstance(key, str):
+            log.ignored_args.append((repr(key)[:60], "not a name"))
+            continue
+        if value is None:
+            out[key] = value
+            continue
+        bad = None
+        if key in _INT_ARGS:
+            if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= _MAX_ARG_INT:
+                bad = "not an integer vLLM could print"
+        elif key in _FLOAT_ARGS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                bad = "not a fraction in (0, 1]"
+        elif key in _STR_ARGS:
+            if not isinstance(value, str):
+                bad = "not a string"
+        elif key in _BOOL_ARGS:
+            if not isinstance(value, bool):
+                bad = "not True or False"
+        if bad:
+            log.ignored_args.append((key, bad))
+            continue
+        out[key] = value
+    return redact_args(out)
 
 # "key=value" pairs of the "Initializing ... with config:" line.
 _CFG_FIELD = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|[^,]+)")
@@ -137,7 +237,7 @@ def namespace_args(text: str) -> dict[str, Any]:
             continue
         try:
             value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except _LITERAL_ERRORS:
             continue
         if value is not None:
             out[key] = value
@@ -182,7 +282,7 @@ def _config_line(text: str) -> dict[str, Any]:
             continue
         try:
             out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except _LITERAL_ERRORS:
             out[key] = raw
     return out
 
@@ -257,6 +357,8 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
             if not m:
                 continue
             g = m.groups()
+            if name not in _TEXT_GROUPS and any(x is not None and len(x) > _MAX_FIGURE_CHARS for x in g):
+                continue  # not a figure vLLM printed
             if name in ("available", "v0_rest", "v0_kvsize", "v0_table_avail"):
                 log.available_kv_gib.append(_f(g[0]))
                 rank = _RANK.search(line)
@@ -304,7 +406,7 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
             elif name == "engine_cfg":
                 log.engine = "V1" if g[0] else log.engine or "V0"
                 log.vllm_version = log.vllm_version or g[1]
-                cfg = _config_line(g[2])
+                cfg = _typed_args(_config_line(g[2]), log)
                 log.model = log.model or cfg.get("model")
                 if cfg.get("device_config") == "cpu":
                     log.device = "cpu"
@@ -312,18 +414,19 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
                             "kv_cache_dtype", "enforce_eager"):
                     if key in cfg and key not in log.args:
                         log.args[key] = cfg[key]
-                if "max_seq_len" in cfg and log.max_model_len is None:
+                if isinstance(cfg.get("max_seq_len"), int) and log.max_model_len is None:
                     log.max_model_len = cfg["max_seq_len"]
             elif name == "nondefault":
                 try:
                     args = ast.literal_eval(g[0])
-                except (ValueError, SyntaxError):
+                except _LITERAL_ERRORS:
                     args = None
                 if isinstance(args, dict):
+                    args = _typed_args(args, log)
                     log.args.update(args)
                     log.model = args.get("model", log.model)
             elif name == "namespace":
-                for key, value in namespace_args(g[0]).items():
+                for key, value in _typed_args(namespace_args(g[0]), log).items():
                     log.args.setdefault(key, value)  # a "non-default args" line (0.9+) wins
                 if isinstance(log.args.get("model"), str):
                     log.model = log.model or log.args["model"]
@@ -332,10 +435,8 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
             elif name == "sampler_native":
                 log.flashinfer_sampler = False
             elif name == "error":
-                log.errors.append(g[0].strip())
-    for key in log.args:
-        if _SECRET_ARG.search(key) and log.args[key]:
-            log.args[key] = REDACTED  # an args line carries --api-key / --hf-token verbatim
+                log.errors.append(redact_line(g[0].strip()))
+    log.args = redact_args(log.args)  # whichever line the args came from (an args line carries --api-key verbatim)
     if not log.available_kv_gib and log.error_available_kv_gib is not None:
         # Only the admission error names the KV memory (0.27+: already minus one block).
         log.available_kv_gib.append(log.error_available_kv_gib)

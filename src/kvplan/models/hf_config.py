@@ -9,6 +9,7 @@ make layers sliding, while ``layer_types`` and the Gemma patterns do.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -56,6 +57,40 @@ UNTIED_BY_DEFAULT = {
 }
 
 
+#: Physical ranges of the fields that size a model, far beyond every published one (the largest in
+#: the catalog: 126 layers, hidden 16,384, 128 heads, a 262,144-token vocabulary, a 10M-token
+#: context, 512 experts): a config outside them is a typo or an attack (10,000,000 layers took
+#: gigabytes to build), refused as a usage error naming the field.
+MAX_LAYERS = 2048
+MAX_HIDDEN = 1 << 20
+MAX_HEADS = 1 << 14
+MAX_HEAD_DIM = 1 << 14
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 32
+MAX_INTERMEDIATE = 1 << 24
+MAX_EXPERTS = 1 << 16
+#: any other integer field: JSON's exactly representable integers
+MAX_INT = 1 << 53
+
+
+def checked_int(value: Any, key: str, source: str, lo: int = -MAX_INT, hi: int = MAX_INT) -> int:
+    """``value`` as an integer in [lo, hi], or a ConfigFieldError naming ``key``: a bool, a string,
+    NaN, an infinity or a non-integral number is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise ConfigFieldError(key, source, f"must be an integer, got {_shown(value)}")
+    if not lo <= value <= hi:
+        raise ConfigFieldError(key, source, f"must be between {lo:,} and {hi:,}, got {_shown(value)}")
+    return int(value)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Fields:
     """Typed access to one config dict that names the file and field in every error."""
 
@@ -70,14 +105,12 @@ class _Fields:
         value = self.cfg.get(key)
         return default if value is None else value
 
-    def int(self, *keys: str, default: Optional[int] = None) -> int:
+    def int(self, *keys: str, default: Optional[int] = None, lo: int = -MAX_INT, hi: int = MAX_INT) -> int:
         for key in keys:
             value = self.cfg.get(key)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-                raise ConfigFieldError(key, self.source, f"must be an integer, got {value!r}")
-            return int(value)
+            return checked_int(value, key, self.source, lo, hi)
         if default is not None:
             return default
         raise ConfigFieldError(keys[0], self.source)
@@ -118,17 +151,17 @@ def _layer_pattern(f: _Fields, model_type: str, n_layers: int) -> list[str]:
                 kinds.append("full")
         return kinds
     if f.has("full_attention_interval"):  # Qwen3-Next: every k-th layer is full attention
-        k = f.int("full_attention_interval")
+        k = f.int("full_attention_interval", lo=1)
         return ["full" if (i + 1) % k == 0 else "linear" for i in range(n_layers)]
     if model_type == "gemma2" and f.get("sliding_window"):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
     if model_type.startswith("gemma3") and f.get("sliding_window"):
-        pattern = f.int("sliding_window_pattern", "_sliding_window_pattern", default=6)
+        pattern = f.int("sliding_window_pattern", "_sliding_window_pattern", default=6, lo=1)
         return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
     if model_type.startswith("llama4") and f.has("attention_chunk_size"):
         nope = f.get("no_rope_layers") or []
         if len(nope) < n_layers:
-            interval = f.int("no_rope_layer_interval", default=4)
+            interval = f.int("no_rope_layer_interval", default=4, lo=1)
             nope = [int((i + 1) % interval != 0) for i in range(n_layers)]
         # vLLM llama4.py: NoPE layers (no_rope_layers[i] == 0) are global, the others chunked.
         return ["full" if nope[i] == 0 else "chunked" for i in range(n_layers)]
@@ -150,19 +183,41 @@ def _quantization(f: _Fields) -> Optional[Quantization]:
     q = f.get("quantization_config")
     if not isinstance(q, Mapping):
         return None
+    src = f.source
+
+    def qint(*keys: str, default: Any = None, lo: int = 0, hi: int = MAX_HIDDEN) -> Any:
+        for key in keys:
+            if q.get(key):
+                return checked_int(q[key], f"quantization_config.{key}", src, lo, hi)
+        return default
+
+    def names(*keys: str) -> tuple[str, ...]:
+        for key in keys:
+            value = q.get(key)
+            if value:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ConfigFieldError(f"quantization_config.{key}", src, "must be a list of module names")
+                return tuple(value)
+        return ()
+
     method = str(q.get("quant_method") or q.get("quant_type") or "").lower()
-    skip = tuple(q.get("modules_to_not_convert") or q.get("ignore") or ())
+    skip = names("modules_to_not_convert", "ignore")
     kv_dtype = None
     if isinstance(q.get("kv_cache_scheme"), Mapping):
         kv_dtype = "fp8" if q["kv_cache_scheme"].get("type") == "float" else None
     if method == "fp8":
         block = q.get("weight_block_size")
+        if block and (not isinstance(block, list) or len(block) != 2):
+            raise ConfigFieldError("quantization_config.weight_block_size", src, "must be two integers [N, K]")
+        if block:
+            block = [checked_int(b, "quantization_config.weight_block_size", src, 1, MAX_HIDDEN) for b in block]
         return Quantization("fp8", 8, weight_block=tuple(block) if block else None,
                             kv_cache_dtype=kv_dtype, modules_not_quantized=skip)
     if method == "quark":  # AMD Quark exports (vllm quark.py): the global weight spec and the KV group
-        weight = (q.get("global_quant_config") or {}).get("weight") or {}
-        dtype = str(weight.get("dtype") or "")
-        exclude = tuple(q.get("exclude") or ())
+        global_cfg = q.get("global_quant_config") or {}
+        weight = (global_cfg.get("weight") if isinstance(global_cfg, Mapping) else None) or {}
+        dtype = str(weight.get("dtype") or "") if isinstance(weight, Mapping) else ""
+        exclude = names("exclude")
         if dtype.startswith("fp8"):
             # the checkpoint's KV scales (export.kv_cache_group) are used only with --kv-cache-dtype fp8:
             # resolve_kv_cache_dtype_string reads a KV scheme from ModelOpt configs, not Quark's
@@ -171,9 +226,9 @@ def _quantization(f: _Fields) -> Optional[Quantization]:
             return Quantization("mxfp4", 4, group_size=32, modules_not_quantized=exclude)
         return Quantization("quark", 8, modules_not_quantized=exclude)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
-        bits = int(q.get("bits") or q.get("w_bit") or 4)
-        group = q.get("group_size") or q.get("q_group_size") or 128
-        return Quantization(method.replace("_marlin", ""), bits, group_size=int(group),
+        bits = qint("bits", "w_bit", default=4, lo=1, hi=64)
+        group = qint("group_size", "q_group_size", default=128, lo=-1)
+        return Quantization(method.replace("_marlin", ""), bits, group_size=group,
                             modules_not_quantized=skip)
     if method == "mxfp4":
         return Quantization("mxfp4", 4, group_size=32, experts_only=True, modules_not_quantized=skip)
@@ -183,18 +238,47 @@ def _quantization(f: _Fields) -> Optional[Quantization]:
                             modules_not_quantized=skip)
     if method == "compressed-tensors":
         bits, group, fmt = 8, None, str(q.get("format") or "")
-        for grp in (q.get("config_groups") or {}).values():
-            weights = grp.get("weights") or {}
-            bits = int(weights.get("num_bits") or bits)
-            group = weights.get("group_size") or group
+        groups = q.get("config_groups") or {}
+        for grp in (groups.values() if isinstance(groups, Mapping) else ()):
+            weights = (grp.get("weights") if isinstance(grp, Mapping) else None) or {}
+            if not isinstance(weights, Mapping):
+                continue
+            if weights.get("num_bits"):
+                bits = checked_int(weights["num_bits"], "quantization_config.config_groups.weights.num_bits", src, 1, 64)
+            if weights.get("group_size"):
+                group = checked_int(weights["group_size"], "quantization_config.config_groups.weights.group_size", src,
+                                    -1, MAX_HIDDEN)
         name = "fp8" if "float" in fmt and bits == 8 else ("int4" if bits == 4 else f"int{bits}")
         return Quantization(name, bits, group_size=group, kv_cache_dtype=kv_dtype,
                             modules_not_quantized=skip)
     if method:
-        bits = int(q.get("bits") or 8)
-        return Quantization(method, bits, group_size=q.get("group_size"), kv_cache_dtype=kv_dtype,
+        bits = qint("bits", default=8, lo=1, hi=64)
+        return Quantization(method, bits, group_size=qint("group_size", lo=-1), kv_cache_dtype=kv_dtype,
                             modules_not_quantized=skip)
     return None
+
+
+#: the vision tower's fields kvplan sizes it by (models/params.py, memory/encoder_profile.py)
+_VISION_INTS = ("hidden_size", "embed_dim", "num_hidden_layers", "depth", "intermediate_size", "patch_size",
+                "num_channels", "in_chans", "in_channels", "temporal_patch_size", "out_hidden_size",
+                "spatial_merge_size", "image_size", "num_attention_heads", "num_heads")
+
+
+def _check_vision(cfg: Mapping[str, Any], source: str) -> None:
+    """The vision tower's sizes, when given, are positive integers of a physical size (the tower is
+    counted in the weights and profiled with vLLM's dummy images)."""
+    vc = cfg.get("vision_config")
+    if not isinstance(vc, Mapping):
+        return
+    for key in _VISION_INTS:
+        if vc.get(key):
+            checked_int(vc[key], f"vision_config.{key}", source, 1, MAX_HIDDEN)
+    if vc.get("mlp_ratio") and not (isinstance(vc["mlp_ratio"], (int, float)) and not isinstance(vc["mlp_ratio"], bool)
+                                    and 0 < vc["mlp_ratio"] <= 64):
+        raise ConfigFieldError("vision_config.mlp_ratio", source, f"must be a number in (0, 64], got {_shown(vc['mlp_ratio'])}")
+    for key in ("mm_tokens_per_image", "spatial_merge_size"):
+        if cfg.get(key):
+            checked_int(cfg[key], key, source, 1, MAX_HIDDEN)
 
 
 def _per_layer(f: _Fields, key: str, index: int, default: int = 0) -> int:
@@ -203,10 +287,7 @@ def _per_layer(f: _Fields, key: str, index: int, default: int = 0) -> int:
     if isinstance(value, list):
         if not value:
             return default
-        item = value[min(index, len(value) - 1)]
-        if isinstance(item, bool) or not isinstance(item, (int, float)):
-            raise ConfigFieldError(key, f.source, f"must be integers, got {item!r}")
-        return int(item)
+        return checked_int(value[min(index, len(value) - 1)], key, f.source, 0, MAX_INTERMEDIATE)
     return f.int(key, default=default)
 
 
@@ -217,7 +298,7 @@ def _ernie_moe(f: _Fields, index: int, dense_inter: int) -> DenseMLP | MoEMLP:
     start = f.int("moe_layer_start_index", default=0)
     end = f.int("moe_layer_end_index", default=-1) if f.has("moe_layer_end_index") else -1
     end = n - 1 if end < 0 else end
-    step = f.int("moe_layer_interval", default=1)
+    step = f.int("moe_layer_interval", default=1, lo=1)
     if not (start <= index <= end and (index - start) % step == 0):
         return DenseMLP(dense_inter)
     inter = f.int("moe_intermediate_size")
@@ -237,8 +318,9 @@ def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP |
         shared = _per_layer(f, "num_shared_expert", index, 0)
         return MoEMLP(num_experts=f.int("num_experts"), experts_per_token=_per_layer(f, "moe_topk", index, 1),
                       expert_intermediate_size=inter, shared_experts=shared, shared_intermediate_size=shared * inter)
-    n_experts = f.int("num_local_experts", "num_experts", "n_routed_experts", default=0)
-    dense_inter = f.int("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
+    n_experts = f.int("num_local_experts", "num_experts", "n_routed_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    dense_inter = f.int("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden, lo=0,
+                        hi=MAX_INTERMEDIATE)
     if model_type.startswith("llama4"):
         dense_inter = f.int("intermediate_size_mlp", default=dense_inter)
     gated = model_type not in ("falcon", "gpt2", "gpt_neox", "phi", "gpt_bigcode", "starcoder2",
@@ -259,7 +341,8 @@ def _mlp_for(f: _Fields, model_type: str, index: int, hidden: int) -> DenseMLP |
     interleave = f.int("interleave_moe_layer_step", default=1)
     if model_type.startswith("llama4") and interleave > 1 and (index + 1) % interleave != 0:
         return DenseMLP(dense_inter, gated=gated)
-    expert_inter = f.int("moe_intermediate_size", default=f.int("intermediate_size", default=dense_inter))
+    expert_inter = f.int("moe_intermediate_size", lo=0, hi=MAX_INTERMEDIATE,
+                         default=f.int("intermediate_size", default=dense_inter, lo=0, hi=MAX_INTERMEDIATE))
     shared = f.int("n_shared_experts", default=0)
     shared_inter = shared * expert_inter
     if f.int("shared_expert_intermediate_size", default=0):
@@ -317,6 +400,9 @@ def _nemotron_h_layers(f: _Fields, heads: int, kv_heads: int, head_dim: int) -> 
     pattern = str(f.get("hybrid_override_pattern") or "")
     if not pattern:
         raise ConfigFieldError("hybrid_override_pattern", f.source, "missing")
+    if len(pattern) > 2 * MAX_LAYERS:
+        raise ConfigFieldError("hybrid_override_pattern", f.source, f"holds {len(pattern):,} blocks; at most "
+                               f"{2 * MAX_LAYERS:,} are read")
     layers: list[Layer] = []
     pending: Optional[Any] = None  # the mixer waiting for its MLP block
     n_experts = f.int("n_routed_experts", default=0)
@@ -352,28 +438,45 @@ def _nemotron_h_layers(f: _Fields, heads: int, kv_heads: int, head_dim: int) -> 
 def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = None,
                      published_params: Optional[int] = None,
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a parsed config.json dict. ``source`` names the file."""
+    """Build a :class:`ModelSpec` from a parsed config.json dict. ``source`` names the file.
+
+    Every error is a usage error: the fields that size the model are checked by name (type and
+    physical range); a value of an unexpected kind anywhere else (a string where a table is, a
+    number where a list is) is reported as the file's, never as a traceback."""
     if not isinstance(cfg, Mapping):
         raise UsageError(f"{source}: a config.json must hold a JSON object")
+    try:
+        return _spec_from_config(cfg, source, name, published_params, aliases)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError,
+            RecursionError) as exc:
+        raise UsageError(f"{source}: a field holds a value kvplan cannot read ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+
+
+def _spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str],
+                      published_params: Optional[int], aliases: tuple[str, ...]) -> ModelSpec:
+    _check_vision(cfg, source)
     flat = _text_config(cfg)
     f = _Fields(flat, source)
     model_type = str(f.get("model_type", "")).lower()
-    n_layers = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    hidden = f.int("hidden_size", "n_embd", "d_model")
-    heads = f.int("num_attention_heads", "n_head", "num_heads")
-    vocab = f.int("vocab_size")
-    if heads <= 0 or n_layers <= 0 or hidden <= 0:
-        raise ConfigFieldError("num_attention_heads", source, "must be positive")
+    n_layers = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers", lo=1, hi=MAX_LAYERS)
+    hidden = f.int("hidden_size", "n_embd", "d_model", lo=1, hi=MAX_HIDDEN)
+    heads = f.int("num_attention_heads", "n_head", "num_heads", lo=1, hi=MAX_HEADS)
+    vocab = f.int("vocab_size", lo=1, hi=MAX_VOCAB)
     kv_heads = None
     for key in KV_HEAD_KEYS:
         if f.has(key):
-            kv_heads = f.int(key)
+            kv_heads = f.int(key, lo=1, hi=MAX_HEADS)
             break
     if model_type == "falcon" and not f.get("new_decoder_architecture") and f.get("multi_query"):
         kv_heads = 1
     if kv_heads is None:
         kv_heads = heads
-    head_dim = f.int("head_dim", default=0) or f.int("hidden_size_per_head", default=0) or hidden // heads
+    head_dim = f.int("head_dim", default=0, lo=0, hi=MAX_HEAD_DIM) or \
+        f.int("hidden_size_per_head", default=0, lo=0, hi=MAX_HEAD_DIM) or hidden // heads
+    if head_dim < 1:
+        raise ConfigFieldError("num_attention_heads", source, f"is larger than hidden_size ({hidden:,}) and no "
+                               "head_dim is given: heads of zero width")
     head_dim_v = head_dim
     qkv_bias = bool(f.get("attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
     qk_norm = model_type in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2") or \
@@ -394,7 +497,7 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
                 qk_rope_head_dim=f.int("qk_rope_head_dim"),
                 qk_nope_head_dim=f.int("qk_nope_head_dim"),
                 v_head_dim=f.int("v_head_dim"),
-                q_lora_rank=f.get("q_lora_rank"),
+                q_lora_rank=f.int("q_lora_rank", lo=0, hi=MAX_HIDDEN) if f.has("q_lora_rank") else None,
                 # deepseek_v2.py Indexer (0.11+): fp8 values + fp32 scale per 128 (quant_block_size)
                 indexer_bytes_per_token=index_dim + index_dim // 128 * 4 if index_dim else 0,
                 index_head_dim=index_dim,
@@ -425,8 +528,8 @@ def spec_from_config(cfg: Mapping[str, Any], source: str, name: Optional[str] = 
 
     if model_type == "nemotron_h":
         layers = _nemotron_h_layers(f, heads, kv_heads, head_dim)
-    max_len_keys = {k: f.int(k) for k in MAX_LEN_KEYS if isinstance(flat.get(k), (int, float))
-                    and not isinstance(flat.get(k), bool)}
+    max_len_keys = {k: f.int(k, lo=1, hi=MAX_CONTEXT) for k in MAX_LEN_KEYS
+                    if isinstance(flat.get(k), (int, float)) and not isinstance(flat.get(k), bool)}
     rope = flat.get("rope_scaling") or flat.get("rope_parameters")
     dtype = str(f.get("torch_dtype") or f.get("dtype") or "float32").replace("torch.", "")
     return ModelSpec(
@@ -468,5 +571,9 @@ def load_config_file(path: Path) -> ModelSpec:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a config.json: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise UsageError(f"{path}: not valid JSON: {str(exc)[:120]}") from None
     # A local model is served by its folder path: that is what `vllm serve` must be given.
     return spec_from_config(cfg, str(path), name=str(path.parent))

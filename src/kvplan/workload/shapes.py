@@ -19,11 +19,13 @@ Type errors raise :class:`RecordError` naming the field, so the reader can count
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
 
 from .issues import RecordError
+from .sources import loads_record
 
 SHAPES = ("auto", "openai-chat", "openai-completion", "usage", "sharegpt", "text", "vllm-log")
 SESSION_FIELDS = ("session_id", "conversation_id", "session", "thread_id", "chat_id", "conversation")
@@ -91,6 +93,8 @@ def _first(obj: dict, names, explicit: Optional[str]) -> tuple[Optional[str], An
 #: no model serves a longer context (Llama 4 Scout's 10M tokens is the longest published): a token
 #: count above it is a logging or unit error, and one such record would set every percentile
 MAX_PLAUSIBLE_TOKENS = 10_000_000
+#: a timestamp beyond this many seconds from 1970 (either way) is not one (the year 5138)
+MAX_EPOCH_S = 1e11
 
 
 def _int(value: Any, field: str, allow_none: bool = True) -> Optional[int]:
@@ -104,7 +108,7 @@ def _int(value: Any, field: str, allow_none: bool = True) -> Optional[int]:
     if isinstance(value, float) and value.is_integer() and value >= 0:
         value = int(value)
     # isdigit() alone accepts "¹" and other Unicode digits that int() refuses: ASCII only.
-    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 15:
         value = int(value.strip())
     if isinstance(value, int):
         if value < 0:
@@ -129,8 +133,15 @@ def parse_time(value: Any, field: str = "timestamp") -> Optional[float]:
     if isinstance(value, bool):
         raise RecordError("wrong_type", f"{field} must be a number or ISO 8601 time, got {value!r}")
     if isinstance(value, (int, float)):
-        v = float(value)
-        return v / 1000.0 if v > 1e11 else v
+        try:
+            v = float(value)
+        except OverflowError:
+            v = math.inf
+        v = v / 1000.0 if v > 1e11 else v
+        if not -MAX_EPOCH_S <= v <= MAX_EPOCH_S:  # also NaN and infinities
+            raise RecordError("wrong_type", f"{field}: {str(value)[:40]} is not a time (seconds or milliseconds "
+                              "since 1970)")
+        return v
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -139,7 +150,7 @@ def parse_time(value: Any, field: str = "timestamp") -> Optional[float]:
             pass
         try:
             return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             pass
     raise RecordError("wrong_type", f"{field}: cannot read {str(value)[:40]!r} as a time")
 
@@ -152,8 +163,8 @@ def _duration(name: Optional[str], value: Any) -> Optional[float]:
             value = float(value)
         except ValueError:
             raise RecordError("wrong_type", f"{name}: cannot read {value[:40]!r} as a duration") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise RecordError("wrong_type", f"{name} must be a non-negative number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_EPOCH_S:
+        raise RecordError("wrong_type", f"{name} must be a non-negative number of seconds, got {str(value)[:40]}")
     return float(value) / 1000.0 if name and name.endswith("_ms") else float(value)
 
 
@@ -403,9 +414,11 @@ def from_csv(row: dict, file: str, line: int, shape: str = "auto", names: FieldN
             continue
         if key in _CSV_JSON_COLUMNS and cell.lstrip()[:1] in ("[", "{"):
             try:
-                obj[key] = json.loads(cell)
+                obj[key] = loads_record(cell)
             except json.JSONDecodeError as exc:
                 raise RecordError("malformed_json", f"column {key!r}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise RecordError("malformed_json", f"column {key!r}: JSON nested too deeply") from None
         elif key in _CSV_INT_COLUMNS:
             obj[key] = _int(cell, key)
         else:

@@ -14,7 +14,9 @@ import glob
 import gzip
 import io
 import json
+import math
 import os
+import re
 import sys
 import zlib
 from dataclasses import dataclass
@@ -30,6 +32,45 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # Errors a decompressor raises on a truncated or corrupt stream (zstandard's is added lazily).
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
 CSV_HINT_COLUMNS = ("prompt", "text", "messages", "prompt_tokens", "conversations", "completion_tokens")
+
+
+#: an integer literal longer than this is one Python refuses to convert (its limit: 4,300 digits)
+MAX_INT_DIGITS = 4000
+
+
+class Unreadable(float):
+    """A JSON number Python cannot hold as written (an integer of more than :data:`MAX_INT_DIGITS`
+    digits, ``1e400``, ``NaN``, ``Infinity``): a NaN that remembers its text, so every field that
+    holds it fails its numeric check (only that record is skipped) and a record written back out
+    stays valid JSON for Python's writer."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> "Unreadable":
+        self = super().__new__(cls, "nan")
+        self.text = text[:40]
+        return self
+
+    def __repr__(self) -> str:
+        return f"<unreadable number {self.text[:16]}{'...' if len(self.text) > 16 else ''}>"
+
+
+def _parse_int(text: str) -> Any:
+    return int(text) if len(text) <= MAX_INT_DIGITS else Unreadable(text)
+
+
+def _parse_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else Unreadable(text)
+
+
+#: the decoder of every request-log record: numbers it cannot hold become :class:`Unreadable`
+RECORD_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=Unreadable)
+
+
+def loads_record(text: str) -> Any:
+    """One record's JSON. Raises json.JSONDecodeError (malformed) or RecursionError (too deep)."""
+    return RECORD_DECODER.decode(text)
 
 
 @dataclass(frozen=True)
@@ -229,7 +270,7 @@ def _line_items(name: str, first, lines, kind: str, limit: int) -> Iterator[Item
             continue
         saw_record = True
         try:
-            value = json.loads(text)
+            value = loads_record(text)
         except json.JSONDecodeError as exc:
             yield Item(name, line_no, "issue", issue=Issue(
                 name, line_no, "malformed_json", f"not valid JSON: {exc.msg} at column {exc.colno}"))
@@ -254,7 +295,7 @@ def _json_array(name: str, first, stream, limit: int) -> Iterator[Item]:
     input is read and it is retried, up to ``limit`` bytes for one element. Line numbers are
     the line where each element starts.
     """
-    decoder = json.JSONDecoder()
+    decoder = RECORD_DECODER
     utf8 = codecs.getincrementaldecoder("utf-8")("strict")
     first_bytes = first[1] if first[1] is not None else b""
     if first_bytes.startswith(codecs.BOM_UTF8):
@@ -314,10 +355,24 @@ def _json_array(name: str, first, stream, limit: int) -> Iterator[Item]:
                 pos += 1
                 skip_ws()
             start_line = line
+            value: Any = _TOO_DEEP
             while True:
                 try:
                     value, end = decoder.raw_decode(buf, pos)
                     break
+                except RecursionError:  # skip the element by its brackets, go on with the next
+                    end = _skip_value(buf, pos)
+                    if end >= 0:
+                        break
+                    if len(buf) - pos > limit:
+                        yield Item(name, start_line, "issue", issue=Issue(
+                            name, start_line, "line_too_long", f"array element longer than {limit:,} bytes; "
+                            "the rest of the file is skipped"))
+                        return
+                    if not more():
+                        yield Item(name, start_line, "issue", issue=Issue(
+                            name, start_line, "truncated_file", "the JSON array is not closed: the file ends early"))
+                        return
                 except json.JSONDecodeError as exc:
                     if len(buf) - pos > limit:
                         yield Item(name, start_line, "issue", issue=Issue(
@@ -333,7 +388,10 @@ def _json_array(name: str, first, stream, limit: int) -> Iterator[Item]:
             pos = end
             index += 1
             expect_value = False
-            if isinstance(value, dict):
+            if value is _TOO_DEEP:
+                yield Item(name, start_line, "issue", issue=Issue(name, start_line, "malformed_json",
+                                                                  "JSON nested too deeply"))
+            elif isinstance(value, dict):
                 yield Item(name, start_line, "json", value)
             else:
                 yield Item(name, start_line, "issue", issue=Issue(
@@ -343,6 +401,34 @@ def _json_array(name: str, first, stream, limit: int) -> Iterator[Item]:
         yield Item(name, line, "issue", issue=Issue(
             name, line, "not_utf8", f"bytes that are not UTF-8 near line {line} ({exc.reason}); the rest of the "
             "file is skipped"))
+
+
+_TOO_DEEP = object()
+_BRACKET_OR_QUOTE = re.compile(r'["\[\]{}]')
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.S)
+
+
+def _skip_value(buf: str, pos: int) -> int:
+    """The end of the array or object starting at ``buf[pos]``, found by its brackets (strings
+    skipped), without decoding it: -1 when the buffer ends first. For an element nested deeper than
+    the JSON decoder's recursion limit, so that only that element is skipped."""
+    depth = 0
+    i = pos
+    while True:
+        m = _BRACKET_OR_QUOTE.search(buf, i)
+        if m is None:
+            return -1
+        c = m.group(0)
+        if c == '"':
+            rest = _STRING_REST.match(buf, m.end())
+            if rest is None:
+                return -1
+            i = rest.end()
+            continue
+        depth += 1 if c in "[{" else -1
+        i = m.end()
+        if depth <= 0:
+            return i
 
 
 def _csv_rows(name: str, first, lines, limit: int) -> Iterator[Item]:

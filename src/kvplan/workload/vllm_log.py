@@ -29,6 +29,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Optional
 
+from .sources import loads_record
+
 _STR = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)"""
 _IDS = r"(?:\[[0-9,\s]*\]|None)"
 _RECEIVED = re.compile(r"Received request (?P<id>\S+?): ")
@@ -43,7 +45,7 @@ _GENERATED = re.compile(rf"Generated response (?P<id>\S+?)(?P<stream> \(streamin
                         r"finish_reason: (?P<finish>\S+?)\.?\s*$", re.S)
 _GENERATED_DETAILS = re.compile(rf"Generated response (?P<id>\S+?)(?: \(streaming (?:delta|complete)\))? details: "
                                 rf"output_token_ids: (?P<ids>{_IDS})")
-_MAX_TOKENS = re.compile(r"\bmax_tokens=(\d+|None)")
+_MAX_TOKENS = re.compile(r"\bmax_tokens=(\d{1,15}|None)\b")
 # vLLM's prefix: "INFO 07-09 09:47:45 [file.py:39]" (year-less), or an ISO stamp from a log shipper.
 _STAMP = re.compile(r"(?:INFO|DEBUG|WARNING)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
@@ -160,7 +162,7 @@ class VllmLogAssembler:
         if m:
             entry = self._entry(m.group("id"), file, line)
             try:
-                body = json.loads(m.group("json"))
+                body = loads_record(m.group("json"))
             except (json.JSONDecodeError, RecursionError):
                 body = None  # cut by --max-log-len: the prompt ids still count exactly
             if isinstance(body, dict):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ...memory.startup_log import (StartupLog, clean_line, is_vllm_line, line_time, parse_startup_log, read_log_text,
-                                   split_runs)
+                                   redact_line, split_runs)
 from . import fixes as fx
 from . import serve_flags
 from . import signatures as sig
@@ -27,7 +27,7 @@ SLOW_START_S = 120.0
 
 
 def _ev(file: str, i: int, line: str) -> Evidence:
-    return Evidence(file, i + 1, line[:MAX_LINE])
+    return Evidence(file, i + 1, redact_line(line[:MAX_LINE]))
 
 
 def read_source(path: str, stdin_text: Optional[str] = None) -> tuple[str, str]:
