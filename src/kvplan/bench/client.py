@@ -31,10 +31,49 @@ ERROR_CLASSES = (
     "stream_error",  # the server reported an error inside the stream ({"error": ...})
     "truncated",  # finish_reason "length" before max_tokens: the context window cut the answer
     "empty_output",  # a 200 answer without a single output token
+    "overlong_output",  # more output than asked for: chunks beyond max_tokens, a body over MAX_BODY_BYTES
     "cancelled",  # in flight when the run was interrupted
     "client_error",  # anything else the client raised (detail says what)
 )
 DETAIL_MAX = 500
+#: A non-streamed answer larger than this is not one answer to max_tokens (a server that never ends
+#: its body grew the client by 4.86 GB in the --timeout): read no further, count overlong_output.
+MAX_BODY_BYTES = 4 << 20
+#: One event's bytes (its data lines together); vLLM's are a few hundred bytes.
+MAX_EVENT_BYTES = 1 << 20
+#: Text chunks a request may stream: each carries at least one token, so more than max_tokens means
+#: the server ignores it (the slack covers servers that split a token's text).
+CHUNK_SLACK = 64
+
+
+def max_chunks(max_tokens: Optional[int]) -> int:
+    return 2 * (max_tokens or 0) + CHUNK_SLACK
+
+
+async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> Optional[bytes]:
+    """The body, or None as soon as it passes ``limit`` bytes (the rest is not read)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def redirect_detail(resp: aiohttp.ClientResponse, base_url: str) -> str:
+    """What a 3xx answer says: kvplan does not follow it (the key would go with it)."""
+    where = resp.headers.get("Location", "")
+    return (f"redirected to {where[:200] or '(no Location)'}: kvplan sends no request (and no key) to where a "
+            f"server redirects; if that is the server, pass --url {_origin(where, base_url)}")
+
+
+def _origin(location: str, base_url: str) -> str:
+    from urllib.parse import urljoin, urlsplit
+
+    target = urlsplit(urljoin(base_url + "/", location))
+    return f"{target.scheme}://{target.netloc}" if target.netloc else base_url
 
 
 class Record:
@@ -164,18 +203,25 @@ async def execute(session: aiohttp.ClientSession, url: str, body: bytes, headers
     now = time.monotonic
     rec.sent = now() - t0
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+        # never follow a redirect: a POST re-sent elsewhere would be counted as this server's answer
+        async with session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp:
             rec.status = resp.status
             if resp.status != 200:
-                raw = await resp.content.read(DETAIL_MAX)
                 rec.error = f"http_{resp.status}"
-                rec.detail = raw.decode("utf-8", "replace")
+                if 300 <= resp.status < 400:
+                    rec.detail = redirect_detail(resp, url.split("/v1/")[0])
+                else:
+                    raw = await resp.content.read(DETAIL_MAX)
+                    rec.detail = raw.decode("utf-8", "replace")
                 return rec
             if stream:
                 await _read_stream(resp, rec, t0)
             else:
-                raw = await resp.read()
+                raw = await read_capped(resp, MAX_BODY_BYTES)
                 t = now() - t0
+                if raw is None:
+                    rec.error, rec.detail = "overlong_output", f"the answer is larger than {MAX_BODY_BYTES >> 20} MiB"
+                    return rec
                 try:
                     obj = json.loads(raw)
                 except ValueError:
@@ -200,12 +246,18 @@ async def execute(session: aiohttp.ClientSession, url: str, body: bytes, headers
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, rec: Record, t0: float) -> None:
-    parser = SSEParser()
+    parser = SSEParser(max_event=MAX_EVENT_BYTES)
     done = False
     now = time.monotonic
+    chunk_cap = max_chunks(rec.max_tokens)
     async for chunk in resp.content.iter_any():
         t = now() - t0
-        for ev in parser.feed(chunk):
+        events = parser.feed(chunk)
+        if parser.overflow:  # a line or an event past its cap: malformed, and nothing more is read
+            rec.end = now() - t0
+            rec.error, rec.detail = "malformed_sse", "; ".join(parser.problems)[:DETAIL_MAX]
+            return
+        for ev in events:
             data = ev.data
             if data == "[DONE]":
                 done = True
@@ -222,6 +274,11 @@ async def _read_stream(resp: aiohttp.ClientResponse, rec: Record, t0: float) -> 
                 rec.error, rec.detail = "stream_error", json.dumps(obj["error"])[:DETAIL_MAX]
                 return
             _absorb(rec, obj, t)
+            if rec.chunks > chunk_cap:
+                rec.end = now() - t0
+                rec.error, rec.detail = "overlong_output", (f"more than {chunk_cap:,} output chunks for max_tokens "
+                                                            f"{rec.max_tokens}: the server does not stop at max_tokens")
+                return
     parser.close()
     rec.end = now() - t0
     if parser.malformed:

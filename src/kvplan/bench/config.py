@@ -146,3 +146,22 @@ class BenchConfig:
         d["output_len"] = self.output_len.describe()
         d["slo"] = {s.key: s.limit for s in self.slo}
         return d
+
+
+def resolve_api_key(api_key: Optional[str], api_key_file: Optional[str]) -> Optional[str]:
+    """The key a run sends: --api-key, else the first line of --api-key-file, else $OPENAI_API_KEY."""
+    import os
+
+    if api_key and api_key_file:
+        raise UsageError("give --api-key or --api-key-file, not both")
+    if api_key_file:
+        try:
+            with open(api_key_file, encoding="utf-8") as f:
+                key = f.readline(65536).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--api-key-file {api_key_file}: cannot read it ({getattr(exc, 'strerror', None) or exc})") \
+                from None
+        if not key:
+            raise UsageError(f"--api-key-file {api_key_file}: the file's first line is empty")
+        return key
+    return api_key or os.environ.get("OPENAI_API_KEY") or None

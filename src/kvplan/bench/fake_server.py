@@ -9,9 +9,18 @@ It is not vLLM and says so (``owned_by: "kvplan-fake"`` unless told otherwise). 
     python -m kvplan.bench.fake_server --port 0 [--mode normal|status:503|drop|garbage|slow|truncate]
         [--fault-every K] [--itl S] [--ttft S] [--owned-by vllm] [--max-lifetime S]
 
+Hostile modes (what a server kvplan does not control may do to the client's memory and keys):
+``redirect`` answers every generation with a 307 to ``--redirect-to``; ``endless_event`` streams one
+SSE event that never ends (data lines, no blank line); ``endless_body`` a non-streamed body that
+never ends; ``overlong`` streams tokens past ``max_tokens`` until the client hangs up. They write
+only as fast as the client reads (transport flow control). ``--models-mode`` makes ``/v1/models``
+``redirect``, ``slow`` (a byte every 0.5 s, never done) or ``cut`` (a body shorter than its
+Content-Length, then the connection closes).
+
 It prints ``LISTENING <port>`` on stdout once ready. ``/metrics`` serves vLLM-named counters,
 gauges and histograms that count what it really sent, so metric scraping can be tested without
-vLLM.
+vLLM; ``/fake/seen`` says how many requests it got and how many carried an ``Authorization``
+header (the target of a redirect test).
 """
 from __future__ import annotations
 
@@ -22,7 +31,10 @@ import sys
 import time
 from typing import Optional
 
-MODES = ("normal", "drop", "garbage", "slow", "truncate")  # plus status:<code>
+MODES = ("normal", "drop", "garbage", "slow", "truncate", "redirect", "endless_event", "endless_body",
+         "overlong")  # plus status:<code>
+MODELS_MODES = ("normal", "redirect", "slow", "cut")
+_HOSTILE_PIECE = 64 << 10  # bytes per write of the endless modes
 _BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
             80.0, 160.0, 640.0, 2560.0)
 
@@ -64,6 +76,8 @@ class State:
         self.success = 0
         self.ttft = _Hist()
         self.e2e = _Hist()
+        self.seen = 0  # requests received (any path)
+        self.seen_authorization = 0  # of them, with an Authorization header
 
     def metrics(self) -> str:
         lab = 'engine="0",model_name="fake-model"'
@@ -93,9 +107,20 @@ class FakeProtocol(asyncio.Protocol):
         self.buf = b""
         self.transport: Optional[asyncio.Transport] = None
         self.busy = False
+        self.writable = asyncio.Event()
+        self.writable.set()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
+
+    def pause_writing(self) -> None:  # the client reads slower than we write: wait for it
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def connection_lost(self, exc) -> None:  # type: ignore[override]
+        self.writable.set()  # wake a writer so it sees the closed transport
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -114,10 +139,13 @@ class FakeProtocol(asyncio.Protocol):
             self._respond(400, b'{"error":"bad request line"}', close=True)
             return
         length = 0
+        self.state.seen += 1
         for ln in lines[1:]:
             k, _, v = ln.partition(":")
             if k.strip().lower() == "content-length":
                 length = int(v.strip() or 0)
+            elif k.strip().lower() == "authorization":
+                self.state.seen_authorization += 1
         if len(self.buf) < head_end + 4 + length:
             return
         body = self.buf[head_end + 4: head_end + 4 + length]
@@ -125,10 +153,11 @@ class FakeProtocol(asyncio.Protocol):
         self.busy = True
         asyncio.ensure_future(self._handle(method, path.split("?")[0], body))
 
-    def _respond(self, status: int, body: bytes, ctype: str = "application/json", close: bool = False) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+    def _respond(self, status: int, body: bytes, ctype: str = "application/json", close: bool = False,
+                 extra: str = "") -> None:
+        reason = {200: "OK", 307: "Temporary Redirect", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
                   500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Status")
-        hdr = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
+        hdr = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n{extra}"
                f"connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(hdr + body)
@@ -138,8 +167,10 @@ class FakeProtocol(asyncio.Protocol):
     async def _handle(self, method: str, path: str, body: bytes) -> None:
         try:
             if method == "GET" and path == "/v1/models":
-                self._respond(200, json.dumps({"object": "list", "data": [
-                    {"id": "fake-model", "object": "model", "owned_by": self.state.args.owned_by}]}).encode())
+                await self._models()
+            elif method == "GET" and path == "/fake/seen":
+                self._respond(200, json.dumps({"requests": self.state.seen,
+                                               "with_authorization": self.state.seen_authorization}).encode())
             elif method == "GET" and path == "/metrics":
                 self._respond(200, self.state.metrics().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path == "/health":
@@ -152,6 +183,37 @@ class FakeProtocol(asyncio.Protocol):
             self.busy = False
             if self.buf and self.transport is not None and not self.transport.is_closing():
                 self._next()
+
+    async def _models(self) -> None:
+        args, tr = self.state.args, self.transport
+        listing = json.dumps({"object": "list", "data": [
+            {"id": "fake-model", "object": "model", "owned_by": args.owned_by}]}).encode()
+        if args.models_mode == "redirect":
+            self._respond(307, b"", extra=f"location: {args.redirect_to}/v1/models\r\n")
+        elif args.models_mode == "cut" and tr is not None:
+            tr.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                     % (len(listing) + 100, listing[:10]))
+            tr.close()
+        elif args.models_mode == "slow" and tr is not None:
+            tr.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n")
+            while not tr.is_closing():  # a byte every 0.5 s: each read is quick, the answer never ends
+                tr.write(b" ")
+                await asyncio.sleep(0.5)
+        else:
+            self._respond(200, listing)
+
+    async def _endless(self, head: bytes, piece: bytes) -> None:
+        """Write ``head`` then ``piece`` forever, as fast as the client reads, until it hangs up."""
+        tr = self.transport
+        if tr is None:
+            return
+        tr.write(head)
+        while not tr.is_closing():
+            await self.writable.wait()
+            if tr.is_closing():
+                return
+            tr.write(_chunk(piece))
+            await asyncio.sleep(0)
 
     async def _generate(self, chat: bool, body: bytes) -> None:
         st, args = self.state, self.state.args
@@ -167,6 +229,23 @@ class FakeProtocol(asyncio.Protocol):
         if mode.startswith("status:"):
             code = int(mode.split(":", 1)[1])
             self._respond(code, json.dumps({"error": {"message": f"fake {code}", "code": code}}).encode())
+            return
+        sse_head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+                    b"connection: keep-alive\r\n\r\n")
+        if mode == "redirect":
+            self._respond(307, b"", extra=f"location: {args.redirect_to}{'/v1/chat/completions' if chat else '/v1/completions'}\r\n")
+            return
+        if mode == "endless_event":  # data lines of one event, never a blank line
+            await self._endless(sse_head, b"data: " + b"x" * (_HOSTILE_PIECE - 8) + b"\n")
+            return
+        if mode == "endless_body":
+            await self._endless(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n"
+                                b"connection: keep-alive\r\n\r\n", b"[" * _HOSTILE_PIECE)
+            return
+        if mode == "overlong":  # valid token events past max_tokens, until the client hangs up
+            event = (b'data: {"id":"fake","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n'
+                     if chat else b'data: {"id":"fake","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n')
+            await self._endless(sse_head, event * 64)
             return
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         prompt = req.get("prompt") if not chat else " ".join(str(m.get("content", "")) for m in req.get("messages", []))
@@ -262,6 +341,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token")
     ap.add_argument("--slow-s", type=float, default=30.0, help="stall of --mode slow")
     ap.add_argument("--owned-by", default="kvplan-fake")
+    ap.add_argument("--models-mode", default="normal", choices=MODELS_MODES, help="how GET /v1/models answers")
+    ap.add_argument("--redirect-to", default="http://127.0.0.1:9", help="where the redirect modes point")
     ap.add_argument("--max-lifetime", type=float, default=600.0)
     ap.add_argument("--uvloop", action="store_true", help="use uvloop when installed")
     args = ap.parse_args(argv)

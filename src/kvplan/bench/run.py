@@ -16,8 +16,6 @@ import json
 import multiprocessing as mp
 import signal
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -52,18 +50,30 @@ class Progress:
     server: Optional[dict]
 
 
+#: the longest the model listing may take, in all (a server that trickles bytes included)
+SETUP_DEADLINE_S = 10.0
+
+
 def discover(cfg: BenchConfig) -> tuple[str, Optional[str]]:
-    """(model name, owner) from ``/v1/models``: the first model listed, unless --model was given."""
-    req = urllib.request.Request(cfg.base_url + "/v1/models")  # noqa: S310 - http(s) only (validated)
-    if cfg.api_key:
-        req.add_header("Authorization", f"Bearer {cfg.api_key}")
+    """(model name, owner) from ``/v1/models``: the first model listed, unless --model was given.
+    A redirect is an error saying where it pointed (the key is never sent there)."""
+    from .http import HttpError, get
+
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    url = cfg.base_url + "/v1/models"
     try:
-        with urllib.request.urlopen(req, timeout=min(10.0, cfg.timeout_s)) as r:  # noqa: S310 - http(s) only (validated)
-            data = json.loads(r.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        status, body = get(url, headers, deadline_s=min(SETUP_DEADLINE_S, cfg.timeout_s))
+        if status != 200:
+            raise HttpError(f"{url} answered HTTP {status}: {body[:200].decode('utf-8', 'replace')}", status)
+        data = json.loads(body.decode("utf-8", "replace"))
+    except HttpError as exc:
+        if exc.location is None and cfg.model:
+            return cfg.model, None
+        raise ServerUnavailable(f"cannot list models at {url}: {exc}" if exc.location is None else str(exc)) from None
+    except (ValueError, RecursionError) as exc:
         if cfg.model:
             return cfg.model, None
-        raise ServerUnavailable(f"cannot list models at {cfg.base_url}/v1/models: {exc}") from None
+        raise ServerUnavailable(f"cannot list models at {url}: the answer is not JSON ({str(exc)[:100]})") from None
     models = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id")] if isinstance(data, dict) else []
     if cfg.model:
         if models and all(m["id"] != cfg.model for m in models):

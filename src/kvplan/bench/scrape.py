@@ -16,6 +16,10 @@ from typing import Optional
 import aiohttp
 
 from . import metrics as M
+from .client import read_capped
+
+#: vLLM's /metrics is a few hundred KB; a larger answer is not read
+MAX_METRICS_BYTES = 32 << 20
 
 _PREFIXES = tuple(name for names in M.ALIASES.values() for name in names)
 HIST_QUANTILES = (0.5, 0.9, 0.99)
@@ -42,13 +46,20 @@ class ServerScraper:
     async def _get(self, session: aiohttp.ClientSession, t0: float, full: bool) -> Optional[M.MetricsSnapshot]:
         sent = time.monotonic()
         try:
-            async with session.get(self.url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with session.get(self.url, headers=self.headers, timeout=aiohttp.ClientTimeout(total=5),
+                                   allow_redirects=False) as r:  # the key goes nowhere else
                 if r.status != 200:
                     self.errors += 1
                     if self.first is None:
                         self.notice = f"GET /metrics answered HTTP {r.status}: no server-side metrics"
                     return None
-                text = await r.text(errors="replace")
+                raw = await read_capped(r, MAX_METRICS_BYTES)
+                if raw is None:
+                    self.errors += 1
+                    if self.first is None:
+                        self.notice = f"GET /metrics answered more than {MAX_METRICS_BYTES >> 20} MiB: no server-side metrics"
+                    return None
+                text = raw.decode("utf-8", "replace")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.errors += 1
             if self.first is None:

@@ -3,8 +3,9 @@
 A chunk may end anywhere: inside a UTF-8 sequence, between ``\\r`` and ``\\n``, inside a field
 name. The parser keeps the partial line and only dispatches an event at a blank line, as the
 spec says. It never raises on input: what a conforming server would not send (invalid UTF-8,
-unknown field names, a line longer than ``max_line``) is recorded in ``problems`` so the caller
-can classify the stream as malformed instead of silently accepting it.
+unknown field names, a line longer than ``max_line``, an event longer than ``max_event``) is
+recorded in ``problems`` so the caller can classify the stream as malformed instead of silently
+accepting it. Memory is bounded by ``max_line + max_event`` whatever the server sends.
 """
 from __future__ import annotations
 
@@ -25,16 +26,20 @@ class Event:
 class SSEParser:
     """``feed(bytes) -> list[Event]``; ``close() -> list[Event]`` at end of stream."""
 
-    __slots__ = ("_buf", "_data", "_event", "_first", "problems", "problem_count", "max_line")
+    __slots__ = ("_buf", "_data", "_data_bytes", "_event", "_first", "problems", "problem_count", "max_line",
+                 "max_event", "overflow")
 
-    def __init__(self, max_line: int = 1 << 20):
+    def __init__(self, max_line: int = 1 << 20, max_event: int = 1 << 20):
         self._buf = b""
         self._data: list[str] = []
+        self._data_bytes = 0
         self._event = ""
         self._first = True
         self.problems: list[str] = []
         self.problem_count = 0
         self.max_line = max_line
+        self.max_event = max_event
+        self.overflow = False  # a line or an event passed its cap (what was held of it is dropped)
 
     def feed(self, chunk: bytes) -> list[Event]:
         buf = self._buf + chunk if self._buf else chunk
@@ -49,6 +54,7 @@ class SSEParser:
         rest = buf[pos:]
         if len(rest) > self.max_line:
             self._problem(f"line longer than {self.max_line} bytes")
+            self.overflow = True
             rest = b""
         self._buf = rest
         return events
@@ -90,6 +96,7 @@ class SSEParser:
             if self._data:
                 events.append(Event("\n".join(self._data), self._event or "message"))
             self._data = []
+            self._data_bytes = 0
             self._event = ""
             return
         if line[0] == ":":
@@ -98,6 +105,13 @@ class SSEParser:
         if sep and value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._data_bytes += len(value) + 1
+            if self._data_bytes > self.max_event:  # an event that never ends: dropped, never dispatched
+                if not self.overflow:
+                    self._problem(f"event longer than {self.max_event} bytes (no blank line ends it)")
+                self.overflow = True
+                self._data = []
+                return
             self._data.append(value)
         elif name == "event":
             self._event = value

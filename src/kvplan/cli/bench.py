@@ -10,7 +10,6 @@ client-bound or partial, or the server could not be reached; 2 usage errors.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Optional
 
@@ -19,6 +18,11 @@ import typer
 from ..errors import UsageError
 from ..report import registry as reports
 from ._exit import fail as _fail
+
+#: the help of --api-key / --api-key-file wherever a command takes them
+API_KEY_HELP = ("Bearer token. Prefer $OPENAI_API_KEY (read when neither is given) or --api-key-file: a value on "
+                "the command line is visible in `ps` and in the shell's history. Never printed or written.")
+API_KEY_FILE_HELP = "Read the bearer token from this file (its first line; e.g. a mounted secret)."
 
 bench_app = typer.Typer(add_completion=False, invoke_without_command=True, pretty_exceptions_enable=False,
                         help="Load-test a live OpenAI-compatible server (vLLM first), with its /metrics on the same clock.")
@@ -46,7 +50,8 @@ def bench_cmd(
     output_len: Optional[str] = typer.Option(None, "--output-len", help="Same syntax, for max_tokens (default 64; log with --requests)."),
     ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="Default: on for vLLM/SGLang servers."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Non-streaming requests (one chunk: TTFT = E2E, no ITL)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token (default: $OPENAI_API_KEY). Never printed.", show_default=False),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    api_key_file: Optional[str] = typer.Option(None, "--api-key-file", help=API_KEY_FILE_HELP, show_default=False),
     timeout: str = typer.Option("120s", "--timeout", help="Per-request timeout."),
     seed: int = typer.Option(0, "--seed"),
     workers: int = typer.Option(1, "--workers", help="Load-generator processes on this host (one merged result)."),
@@ -77,7 +82,7 @@ def bench_cmd(
     """Load-test a server: open loop (--rate / --target-qps), closed loop (--concurrency) or --replay."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..bench.config import BenchConfig, parse_length, parse_seconds, parse_slo
+    from ..bench.config import BenchConfig, parse_length, parse_seconds, parse_slo, resolve_api_key
     from ..bench.io import check_records_path, records_path_for
 
     try:
@@ -105,7 +110,7 @@ def bench_cmd(
             workers=workers, ray_address=ray_address, slo=parse_slo(slo),
             lag_p50_limit_s=parse_seconds(max_lag_p50, "--max-lag-p50"),
             lag_p99_limit_s=parse_seconds(max_lag_p99, "--max-lag-p99"), min_rate_ratio=min_rate_ratio,
-            client_cpu_limit=client_cpu_limit, prompt_length=prompt_length, tokenizer=tokenizer, api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
+            client_cpu_limit=client_cpu_limit, prompt_length=prompt_length, tokenizer=tokenizer, api_key=resolve_api_key(api_key, api_key_file),
         ).validate()
         rec_path = records or (str(records_path_for(output)) if output else None)
         if rec_path:

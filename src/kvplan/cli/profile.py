@@ -11,7 +11,6 @@ vLLM did not start, or the server could not be profiled; 2 usage errors.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 from pathlib import Path
@@ -22,6 +21,7 @@ import typer
 from ..errors import UsageError
 from ..report import registry as reports
 from ._exit import fail as _fail
+from .bench import API_KEY_FILE_HELP, API_KEY_HELP
 
 FORMATS = reports.formats("profile")
 
@@ -46,8 +46,8 @@ def profile_cmd(
     gpu_memory_limit: Optional[float] = typer.Option(None, "--gpu-memory-limit", help="Peak GPU memory allowed, as a "
                                                      "share of the GPU (default: what the plan pre-allocates plus the "
                                                      "estimate's error band; 0.90 without a plan)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token (default: $OPENAI_API_KEY). Never "
-                                          "printed.", show_default=False),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    api_key_file: Optional[str] = typer.Option(None, "--api-key-file", help=API_KEY_FILE_HELP, show_default=False),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file (default: stdout)."),
 ) -> None:
@@ -79,7 +79,9 @@ def profile_cmd(
 
             log_text = read_log_text(log)
         binary = resolve_vllm_bin(vllm_bin) if launch else None
-        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        from ..bench.config import resolve_api_key
+
+        key = resolve_api_key(api_key, api_key_file)
         options = dict(plan_result=plan_result, model_name=model_name, long_prompt_tokens=long_prompt_tokens,
                        burst_concurrency=burst, timeout_s=timeout, api_key=key, gpu_memory_limit=gpu_memory_limit)
         if url:

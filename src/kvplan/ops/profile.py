@@ -217,7 +217,7 @@ class _Client:
 
         prefixes = None if full else tuple(n for k in M.GAUGE_KEYS for n in M.ALIASES[k])
         try:
-            async with self.session.get(self.base_url + "/metrics", headers=self.headers,
+            async with self.session.get(self.base_url + "/metrics", headers=self.headers, allow_redirects=False,
                                         timeout=aiohttp.ClientTimeout(total=10)) as r:
                 if r.status != 200:
                     return None
@@ -233,6 +233,7 @@ class _Client:
                 "ignore_eos": True, "temperature": 0.0, "stream": False}
         try:
             async with self.session.post(self.base_url + "/v1/completions", json=body, headers=self.headers,
+                                         allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as r:
                 text = await r.text(errors="replace")
                 if r.status != 200:
@@ -271,6 +272,7 @@ def server_vllm_version(base_url: str, timeout_s: float = 5.0) -> Optional[str]:
     """The vLLM version a running server reports on ``GET /version`` (vLLM's OpenAI server has it
     in every version kvplan follows), or None when it does not answer. Synchronous and stdlib-only:
     it runs before any plan is made."""
+    import http.client
     import json
     import urllib.error
     import urllib.request
@@ -281,7 +283,7 @@ def server_vllm_version(base_url: str, timeout_s: float = 5.0) -> Optional[str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - http(s) only, checked above
             data = json.loads(r.read(65536).decode("utf-8", errors="replace"))
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return None
     version = data.get("version") if isinstance(data, dict) else None
     return str(version) if version else None
@@ -291,7 +293,7 @@ async def _discover(client: _Client, plan_result, startup_log, model_name: Optio
     import aiohttp
 
     try:
-        async with client.session.get(client.base_url + "/v1/models", headers=client.headers,
+        async with client.session.get(client.base_url + "/v1/models", headers=client.headers, allow_redirects=False,
                                       timeout=aiohttp.ClientTimeout(total=15)) as r:
             if r.status != 200:
                 raise ProfileError(f"{client.base_url}/v1/models answered HTTP {r.status}: not a vLLM OpenAI server "

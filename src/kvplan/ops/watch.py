@@ -84,14 +84,21 @@ class Snapshot:
 
 
 def fetch_metrics(url: str, timeout: float = 5.0) -> str:
-    """GET ``url``/metrics (bounded time and size). Raises OSError/ValueError on failure."""
+    """GET ``url``/metrics (bounded time in all, and size; no redirect followed). Raises
+    OSError/ValueError on failure, whatever the server did (a cut body, a bad status line)."""
+    from ..bench.http import HttpError, get
+
     target = url.rstrip("/") + "/metrics"
     if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
         raise ValueError(f"not an http(s) URL: {url!r}")
-    with urllib.request.urlopen(target, timeout=timeout) as r:  # noqa: S310 - scheme checked above
-        body = r.read(MAX_BODY + 1)
-    if len(body) > MAX_BODY:
-        raise ValueError("/metrics body too large")
+    try:
+        status, body = get(target, deadline_s=timeout, max_bytes=MAX_BODY)
+    except HttpError as exc:
+        if "larger than" in str(exc):
+            raise ValueError("/metrics body too large") from None
+        raise OSError(str(exc)) from None
+    if status != 200:
+        raise OSError(f"{target} answered HTTP {status}")
     return body.decode("utf-8", errors="replace")
 
 

@@ -8,6 +8,7 @@ unreachable, HTTP errors (Prometheus' own error text when it sent one), malforme
 """
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,6 +44,8 @@ class PromClient:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310 - scheme checked in __init__
                 body = r.read(MAX_BODY + 1)
+                if getattr(r, "length", None) and len(body) <= MAX_BODY:  # closed before its Content-Length
+                    raise http.client.IncompleteRead(body[-20:], r.length)
         except urllib.error.HTTPError as exc:
             # Prometheus answers 400 (bad_data), 422 (execution), 503 (unavailable) with its JSON error body.
             try:
@@ -55,7 +58,9 @@ class PromClient:
                 if "Prometheus answered" in perr.why:
                     raise PromError(self.url, query, f"HTTP {exc.code}; {perr.why}") from None
             raise PromError(self.url, query, f"HTTP {exc.code} {exc.reason} from {path}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            # refused, reset, timeout, and what a broken server sends: a cut body (IncompleteRead),
+            # a bad status line, a closed connection (RemoteDisconnected)
             reason = getattr(exc, "reason", exc)
             raise PromError(self.url, query, f"unreachable ({type(exc).__name__}: {reason})", unreachable=True) from None
         if len(body) > MAX_BODY:
