@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -20,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -182,14 +185,15 @@ class Page:
         return path
 
 
-def in_browser(devtools_port: int, scenario):
-    """Start the server (127.0.0.1, a free port) and a tab, run ``scenario(page, base_url)``, stop both."""
+def in_browser(devtools_port: int, scenario, token: Optional[str] = None):
+    """Start the server (127.0.0.1, a free port; requiring ``token`` when given) and a tab, run
+    ``scenario(page, base_url)``, stop both."""
     import aiohttp
 
     from kvplan.ui.server import start
 
     async def main():
-        runner, port = await start("127.0.0.1", 0)
+        runner, port = await start("127.0.0.1", 0, token)
         try:
             req = urllib.request.Request(f"http://127.0.0.1:{devtools_port}/json/new?about:blank", method="PUT")
             with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback DevTools endpoint
@@ -455,3 +459,85 @@ def test_sizing_view_answers_per_gpu_type_as_tune_does(chromium):
             assert f"${s['cost']['usd_per_hour']:,.2f}" in text, text
     assert shown["verdict"] == str(ref["winner"]["gpus"])
     assert shown["curves"] >= 1 and "vllm serve" in shown["launch"]
+
+
+def test_the_page_carries_its_token(chromium):
+    """`kvplan ui --host ADDR` prints a URL with ?token=...: the page sends it on every API call (a
+    plan, an upload, a simulation), keeps it in its own links, and without it the API refuses."""
+    async def scenario(page: Page, url: str):
+        await page.goto(url + "?token=t0k3n-for-the-test")
+        argv = ["--model", await page.js("document.getElementById('model').value"),
+                "--gpu", await page.js("document.getElementById('gpu').value")]
+        await page.plan_settled(argv)
+        ok = await page.js("document.getElementById('verdict').dataset.ok")
+        await page.drop("requests.jsonl", BROKEN_LOG.encode())
+        await page.wait("document.getElementById('lengths-summary').dataset.used > 0", what="the uploaded log")
+        link = await page.js("location.search")
+        refused = await page.js("fetch('/api/models').then(r => r.status)")
+        return ok, link, refused, page.errors
+
+    ok, link, refused, errors = in_browser(chromium, scenario, token="t0k3n-for-the-test")
+    assert errors == [], errors
+    assert ok in ("true", "false") and "token=t0k3n-for-the-test" in link
+    assert refused == 403
+
+
+def test_another_site_cannot_drive_the_page_in_a_real_browser(chromium):
+    """A page on another origin does what a browser lets any site do: no-cors POSTs of text/plain
+    JSON and of a file, and a JSON POST that needs a preflight. Nothing runs and nothing is stored."""
+    from aiohttp import web
+
+    async def scenario(page: Page, url: str):
+        target = url.rstrip("/")
+        evil_js = f"""
+        (async () => {{
+          const out = [];
+          const body = JSON.stringify({{argv: ["--model", "llama3-8b", "--gpu", "H100"]}});
+          for (const [path, opts] of [
+            ["/api/plan", {{method: "POST", mode: "no-cors", body, headers: {{"Content-Type": "text/plain"}}}}],
+            ["/api/simulate", {{method: "POST", mode: "no-cors", body}}],
+            ["/api/upload?kind=log&name=x.jsonl", {{method: "POST", mode: "no-cors", body: "{{}}\\n"}}],
+            ["/api/plan", {{method: "POST", body, headers: {{"Content-Type": "application/json"}}}}],
+            ["/api/models", {{}}],
+          ]) {{
+            try {{ const r = await fetch("{target}" + path, opts); out.push(r.type + ":" + r.status); }}
+            catch (e) {{ out.push("blocked"); }}
+          }}
+          document.title = JSON.stringify(out);
+        }})();
+        """
+        evil = web.Application()
+
+        async def home(request):
+            return web.Response(text="<!doctype html><title>evil</title><script src='/evil.js'></script>",
+                                content_type="text/html")
+
+        async def script(request):
+            return web.Response(text=evil_js, content_type="application/javascript")
+
+        evil.router.add_get("/", home)
+        evil.router.add_get("/evil.js", script)
+        runner = web.AppRunner(evil)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        evil_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            page.loaded.clear()
+            await page.call("Page.navigate", url=f"http://localhost:{evil_port}/")
+            await page.wait("document.title.startsWith('[')", what="the attack page's requests")
+            tried = json.loads(await page.js("document.title"))
+        finally:
+            await runner.cleanup()
+        jobs = json.loads(urllib.request.urlopen(target + "/api/jobs", timeout=30).read())  # noqa: S310 - loopback
+        upload_id = "upload:" + hashlib.sha256(b"{}\n").hexdigest()[:16]
+        try:
+            stored = urllib.request.urlopen(f"{target}/api/tokenizer?model={upload_id}", timeout=30).status  # noqa: S310
+        except urllib.error.HTTPError as exc:  # 400: not a file uploaded to this page
+            stored = exc.code
+        return tried, jobs, stored
+
+    tried, jobs, stored = in_browser(chromium, scenario)
+    assert len(tried) == 5 and tried[3] == "blocked" and tried[4] == "blocked", tried  # CORS: no answer to read
+    assert jobs["started"] == 0, (tried, jobs)  # no plan, simulation or config read ever ran
+    assert stored == 400  # the upload was not kept

@@ -175,7 +175,7 @@ def test_full_pool_is_429_deadline_is_503_and_a_disconnect_kills_the_job():
 
     status, body, state, after, ok = run(go, job_slots=1)
     assert status == 429 and "1 jobs are already running" in body["error"], body
-    assert state == {"running": 1, "slots": 1, "deadline_s": 120.0}
+    assert state == {"running": 1, "slots": 1, "deadline_s": 120.0, "started": 1}
     assert ok == 200  # the slot is free again
     print(f"job killed {after:.2f} s after its client left")
 

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -276,3 +277,28 @@ def test_cross_site_and_rebinding_refused_over_a_real_socket(ui_process):
     assert got["json_foreign_origin"][0] == 403 and got["upload_cross_site"][0] == 403, got
     assert got["tokenizer_path"][0] == 400
     assert got["own_page"][0] == 200 and json.loads(got["own_page"][1])["kv"]["num_gpu_blocks"] > 0
+
+
+def test_kvplan_ui_open_opens_the_served_page(tmp_path):
+    """`kvplan ui --open` hands the printed URL to the user's browser ($BROWSER here: a script that
+    writes down what it was given), and that URL serves the page and its API."""
+    import urllib.request
+
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f"#!/bin/sh\necho \"$1\" > {opened}\n")
+    browser.chmod(0o755)
+    ui = UiProcess("--open", env=dict(ENV, BROWSER=f"{browser} %s"))
+    try:
+        deadline = time.monotonic() + 60
+        while not (opened.exists() and opened.read_text().strip()):
+            assert time.monotonic() < deadline, "the browser was not opened"
+            time.sleep(0.1)
+        url = opened.read_text().strip()
+        assert url == ui.url
+        with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - loopback
+            assert b"<title>kvplan ui</title>" in r.read()
+        with urllib.request.urlopen(url + "api/versions", timeout=30) as r:  # noqa: S310 - loopback
+            assert json.loads(r.read())["latest"]
+    finally:
+        ui.stop()

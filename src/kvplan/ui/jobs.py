@@ -79,6 +79,7 @@ class JobPool:
         self.deadline_s = deadline_s
         self.memory_bytes = memory_bytes
         self._running: dict[int, Any] = {}  # pid -> process
+        self.started = 0  # jobs started since the pool was made
         self._closed = False
         # one thread per slot waits on its job's pipe (a blocking recv ends when the job ends or dies)
         self._waiters = ThreadPoolExecutor(max_workers=slots * 2, thread_name_prefix="kvplan-ui-job")
@@ -111,6 +112,7 @@ class JobPool:
                            name="kvplan-ui-job")
         proc.start()
         send_end.close()
+        self.started += 1
         self._running[proc.pid] = proc
         loop = asyncio.get_running_loop()
         try:

@@ -191,7 +191,8 @@ async def _tokenizer(request: web.Request) -> web.Response:
 
 async def _jobs_state(request: web.Request) -> web.Response:
     pool = request.app[JOBS]
-    return _answer({"running": pool.running, "slots": pool.slots, "deadline_s": pool.deadline_s}, request)
+    return _answer({"running": pool.running, "slots": pool.slots, "deadline_s": pool.deadline_s,
+                    "started": pool.started}, request)
 
 
 def make_app(host: str = "127.0.0.1", token: Optional[str] = None, *, job_slots: int = jobs.DEFAULT_SLOTS,
