@@ -372,3 +372,38 @@ def test_the_page_never_shows_the_upload_folder():
     assert [(i["file"], i["line"]) for i in lengths["issues"]] == [("prompts.jsonl", 21)], lengths["issues"]
     assert cinfo["model_id"] == "MODEL_DIR" and plan["serve_command"].startswith("vllm serve MODEL_DIR")
     assert "mine.json" in bad["error"]
+
+
+def test_uploads_arriving_at_once_are_bounded():
+    """Each upload's body is held in memory while it arrives: a fifth one at once is a 429. The four
+    bodies here never finish arriving (their senders stall), as a slow or hostile client's would."""
+    async def go(c):
+        port = c.port
+        stalled = []
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /api/upload?kind=log&name=a.jsonl HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                         b"Content-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n{" % port)
+            await writer.drain()
+            stalled.append(writer)
+        from kvplan.ui.server import RECEIVING
+
+        async def four():
+            return c.server.app[RECEIVING][0] == 4
+
+        await until(four, "four uploads arriving")
+        r = await c.post("/api/upload?kind=log&name=b.jsonl", data=b'{"prompt": "x"}\n')
+        fifth = (r.status, await r.json())
+        for w in stalled:
+            w.close()
+
+        async def none():
+            return c.server.app[RECEIVING][0] == 0
+
+        await until(none, "the stalled uploads given up")
+        r = await c.post("/api/upload?kind=log&name=b.jsonl", data=b'{"prompt": "x"}\n')
+        return fifth, r.status
+
+    (status, body), after = run(go)
+    assert status == 429 and "4 uploads are already arriving" in body["error"], body
+    assert after == 200

@@ -48,6 +48,10 @@ _ASSETS = {"/": ("index.html", "text/html"), "/app.js": ("app.js", "application/
            "/app.css": ("app.css", "text/css")}
 UPLOADS = web.AppKey("uploads", Uploads)
 JOBS = web.AppKey("jobs", jobs.JobPool)
+RECEIVING = web.AppKey("receiving", list)  # [uploads whose body is arriving]
+#: uploads received at once (each up to 20 MiB in memory), and the time one may take to arrive
+MAX_RECEIVING = 4
+UPLOAD_READ_S = 60.0
 #: seconds the server waits for open connections once its jobs are stopped (Ctrl-C answers in 2 s)
 SHUTDOWN_S = 1.0
 _COMMANDS = {"plan": "kvplan.ui.api:plan_json", "simulate": "kvplan.ui.api:simulate_json",
@@ -149,7 +153,16 @@ async def _upload(request: web.Request) -> web.Response:
         return _error("kind must be config or log", 400, request)
     if request.content_length is not None and request.content_length > api.MAX_UPLOAD_BYTES:
         return _error(str(UploadTooLarge(request.content_length)), 413, request)
-    data = await request.read()  # aiohttp stops at client_max_size (413 via the middleware)
+    receiving = request.app[RECEIVING]
+    if receiving[0] >= MAX_RECEIVING:  # each body is held in memory while it arrives
+        return _error(f"{MAX_RECEIVING} uploads are already arriving: try again when one is done", 429, request)
+    receiving[0] += 1
+    try:  # aiohttp stops at client_max_size (413 via the middleware); a stalled sender at the deadline
+        data = await asyncio.wait_for(request.read(), UPLOAD_READ_S)
+    except asyncio.TimeoutError:
+        return _error(f"the upload did not arrive within {UPLOAD_READ_S:g} s", 408, request)
+    finally:
+        receiving[0] -= 1
     name = request.query.get("name", "upload")
     uploads = request.app[UPLOADS]
     try:
@@ -204,6 +217,7 @@ def make_app(host: str = "127.0.0.1", token: Optional[str] = None, *, job_slots:
     app[UPLOADS] = Uploads()
     app[guard.GUARD] = guard.Guard(host, token)
     app[JOBS] = jobs.JobPool(job_slots, job_deadline_s)
+    app[RECEIVING] = [0]
     for route, (name, ctype) in _ASSETS.items():
         body = _asset(name)
 
