@@ -302,3 +302,19 @@ def test_kvplan_ui_open_opens_the_served_page(tmp_path):
             assert json.loads(r.read())["latest"]
     finally:
         ui.stop()
+
+
+def test_an_upload_named_dot_dot_is_stored_inside_its_folder():
+    """`?name=..` made the server write to a directory (a 500); names are the file's own, made safe."""
+    async def go(c):
+        out = []
+        for name in ("..", ".", "../../etc/passwd", ".bashrc", "a/b\\c.jsonl", ""):
+            r = await c.post("/api/upload", params={"kind": "log", "name": name}, data=b'{"prompt": "x"}\n')
+            out.append((name, r.status, await r.json()))
+        uploads = c.server.app[__import__("kvplan.ui.server", fromlist=["UPLOADS"]).UPLOADS]
+        paths = [uploads.path(body["id"], "x") for _, _, body in out if "id" in body]
+        return out, paths, str(uploads.root)
+
+    out, paths, root = run(go)
+    assert all(status == 200 for _, status, _ in out), out
+    assert all(p.startswith(root + "/") and "/../" not in p and not p.endswith("/.") for p in paths), paths
