@@ -22,6 +22,7 @@ request then has one right answer. That answer is ``ceil(tokens / block_size)`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 import urllib.parse
@@ -40,6 +41,14 @@ TOKEN_ID_BASE = 10  # prompts are token ids from here on (ids 0-9 are often spec
 TOKEN_ID_SPAN = 1000
 STEP_ATTEMPTS = 3  # a request faster than the scrape interval is sent again (at most this often)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+#: the largest answer read from the server (/metrics, a completion, /v1/models): a bigger one is not read
+MAX_ANSWER_BYTES = 16 << 20
+
+
+async def read_capped(resp, limit: int) -> Optional[bytes]:
+    from ..bench.client import read_capped as read
+
+    return await read(resp, limit)
 
 
 class ProfileError(KvplanError):
@@ -221,7 +230,10 @@ class _Client:
                                         timeout=aiohttp.ClientTimeout(total=10)) as r:
                 if r.status != 200:
                     return None
-                text = await r.text(errors="replace")
+                raw = await read_capped(r, MAX_ANSWER_BYTES)
+                if raw is None:
+                    return None
+                text = raw.decode("utf-8", "replace")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return None
         return M.parse_metrics(text, prefixes=prefixes)
@@ -235,13 +247,14 @@ class _Client:
             async with self.session.post(self.base_url + "/v1/completions", json=body, headers=self.headers,
                                          allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as r:
-                text = await r.text(errors="replace")
+                raw = await read_capped(r, MAX_ANSWER_BYTES)
+                if raw is None:
+                    return {"error": f"an answer larger than {MAX_ANSWER_BYTES >> 20} MiB"}
+                text = raw.decode("utf-8", "replace")
                 if r.status != 200:
                     return {"error": f"HTTP {r.status}: {text[:300]}"}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        import json
-
         try:
             usage = json.loads(text).get("usage") or {}
         except ValueError:
@@ -298,7 +311,10 @@ async def _discover(client: _Client, plan_result, startup_log, model_name: Optio
             if r.status != 200:
                 raise ProfileError(f"{client.base_url}/v1/models answered HTTP {r.status}: not a vLLM OpenAI server "
                                    "(or it needs --api-key)")
-            data = await r.json(content_type=None)
+            raw = await read_capped(r, MAX_ANSWER_BYTES)
+            if raw is None:
+                raise ProfileError(f"{client.base_url}/v1/models answered more than {MAX_ANSWER_BYTES >> 20} MiB")
+            data = json.loads(raw)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
         raise ProfileError(f"cannot reach {client.base_url}/v1/models: {type(exc).__name__}: {exc}") from None
     cards = [m for m in (data.get("data") or []) if isinstance(m, dict)] if isinstance(data, dict) else []
@@ -320,9 +336,11 @@ async def _discover(client: _Client, plan_result, startup_log, model_name: Optio
                            "max_model_len, and no plan or log gives them")
     version = None
     try:
-        async with client.session.get(client.base_url + "/version", timeout=aiohttp.ClientTimeout(total=10)) as r:
-            if r.status == 200:
-                version = (await r.json(content_type=None)).get("version")
+        async with client.session.get(client.base_url + "/version", timeout=aiohttp.ClientTimeout(total=10),
+                                      allow_redirects=False) as r:
+            raw = await read_capped(r, MAX_ANSWER_BYTES) if r.status == 200 else None
+            if raw is not None:
+                version = json.loads(raw).get("version")
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, AttributeError):
         version = None
     conc = labels.get("kv_cache_max_concurrency")
