@@ -1,12 +1,10 @@
 """What a page job runs (:mod:`kvplan.ui.jobs`), imported once by the jobs' forkserver.
 
 Importing this module loads what the page's commands use (the CLI's parsers and the library
-behind them) and reads the catalogs, so each forked job starts with them in memory. It must not
-raise: the forkserver would die with it.
+behind them) and reads the catalogs, so each forked job process starts with them in memory. It must
+not raise: the forkserver would die with it.
 """
 from __future__ import annotations
-
-import gc
 
 
 def read_config(path: str, name: str) -> dict:
@@ -23,9 +21,8 @@ def read_config(path: str, name: str) -> dict:
 
 
 def _warm() -> None:
-    """Load and fill once what every job would otherwise build again: the commands' parsers (typer
-    builds one in ~0.1 s), the catalogs, the planner's and the simulator's tables (a plan job then
-    answers in ~15 ms after its fork instead of ~110 ms)."""
+    """Load and fill once what every job process would otherwise build again: the commands' parsers
+    (typer builds one in ~0.1 s), the catalogs, the planner's and the simulator's tables."""
     try:
         from ..cli import lengths, plan_flags, simulate  # noqa: F401 - loaded for the jobs
         from ..hardware import catalog as gpus
@@ -40,9 +37,6 @@ def _warm() -> None:
         plan_flags.cli_command("lengths")
     except Exception:  # noqa: BLE001, S110 - a job imports what failed here and reports it itself
         pass
-    # what is loaded now is shared by every forked job: the collector leaves it alone (a job's first
-    # collection would otherwise walk, and copy, the whole inherited heap: ~70 ms per job)
-    pass
 
 
 _warm()
