@@ -47,7 +47,11 @@ async function api(path, body, raw) {
   const opts = body === undefined ? { headers } : { method: "POST", body: raw ? body : JSON.stringify(body),
     headers: { ...headers, "Content-Type": raw ? "application/octet-stream" : "application/json" } };
   let resp;
-  try { resp = await fetch(path, opts); } catch (err) { throw new Error("the kvplan ui server is not answering (is `kvplan ui` still running?)"); }
+  for (let attempt = 0; ; attempt++) {  // 429: every job slot is busy; a slot frees within a second or so
+    try { resp = await fetch(path, opts); } catch (err) { throw new Error("the kvplan ui server is not answering (is `kvplan ui` still running?)"); }
+    if (resp.status !== 429 || attempt >= 20) break;
+    await new Promise((done) => setTimeout(done, 250 + 100 * attempt));
+  }
   let data = null;
   try { data = await resp.json(); } catch (err) { data = { error: `HTTP ${resp.status}` }; }
   if (!resp.ok) { const e = new Error(data && data.error ? data.error : `HTTP ${resp.status}`); e.status = resp.status; throw e; }
