@@ -433,3 +433,21 @@ def test_uploads_arriving_at_once_are_bounded():
     (status, body), after = run(go)
     assert status == 429 and "4 uploads are already arriving" in body["error"], body
     assert after == 200
+
+
+def test_a_port_in_use_leaves_no_upload_folder_behind(tmp_path, monkeypatch):
+    import socket as socketlib
+    import tempfile
+
+    from kvplan.ui.server import start
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    taken = socketlib.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(OSError):
+            asyncio.run(start("127.0.0.1", taken.getsockname()[1]))
+    finally:
+        taken.close()
+    assert list(tmp_path.glob("kvplan-ui-uploads-*")) == []

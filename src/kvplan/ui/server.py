@@ -258,7 +258,11 @@ async def start(host: str = "127.0.0.1", port: int = 8765, token: Optional[str] 
                            shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:  # e.g. the port is taken: no job process or upload folder is left behind
+        await runner.cleanup()
+        raise
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, bound
 
