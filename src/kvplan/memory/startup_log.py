@@ -19,6 +19,7 @@ from ..errors import UsageError, file_not_found
 GIB = 1 << 30
 #: a figure longer than this is not one vLLM printed (a 5,000-digit number is an attack on int())
 _MAX_FIGURE_CHARS = 40
+_TOO_LONG_FIGURE = re.compile(r"-?[0-9][0-9,.]{%d,}" % _MAX_FIGURE_CHARS)
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _SNUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"  # figures that can go negative (an over-committed budget)
 
@@ -119,7 +120,6 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 _RANK = re.compile(r"\b(?:rank|Worker_TP\d+_PP\d+|rank_)=?(\d{1,9})\b")
-_TEXT_GROUPS = frozenset(("version", "engine_cfg", "nondefault", "error", "sampler_flashinfer", "sampler_native"))
 #: what ``ast.literal_eval`` raises on a line that is not a Python literal: malformed, an unhashable
 #: dict key, an integer of more than 4,300 digits, nesting deeper than the parser's stack
 _LITERAL_ERRORS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError)
@@ -357,7 +357,7 @@ def parse_startup_log(text: str, path: str = "") -> StartupLog:
             if not m:
                 continue
             g = m.groups()
-            if name not in _TEXT_GROUPS and any(x is not None and len(x) > _MAX_FIGURE_CHARS for x in g):
+            if any(x is not None and _TOO_LONG_FIGURE.fullmatch(x) for x in g):
                 continue  # not a figure vLLM printed
             if name in ("available", "v0_rest", "v0_kvsize", "v0_table_avail"):
                 log.available_kv_gib.append(_f(g[0]))
