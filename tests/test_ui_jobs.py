@@ -108,7 +108,7 @@ def test_records_per_run_are_capped_and_reported(tmp_path):
     """The page reads at most its cap of records from a log; the answer says so (library level,
     under a small cap: the page's is 100,000)."""
     from kvplan.limits import PAGE, WorkLimits, using
-    from kvplan.sim.trace import trace_maker
+    from kvplan.traffic.trace import trace_maker
     from kvplan.workload.analysis import LengthsOptions, analyze_lengths
 
     log = tmp_path / "r.jsonl"

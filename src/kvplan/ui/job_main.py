@@ -1,6 +1,6 @@
 """What a page job runs (:mod:`kvplan.ui.jobs`), imported once by the jobs' forkserver.
 
-Importing this module loads what the page's commands use (the CLI's parsers and the library
+Importing this module loads what the page's commands use (the flag tables and the library
 behind them) and reads the catalogs, so each forked job process starts with them in memory. It must
 not raise: the forkserver would die with it.
 """
@@ -21,12 +21,12 @@ def read_config(path: str, name: str) -> dict:
 
 
 def _warm() -> None:
-    """Load and fill once what every job process would otherwise build again: the commands' parsers
-    (typer builds one in ~0.1 s), the catalogs, the planner's and the simulator's tables."""
+    """Load and fill once what every job process would otherwise build again: the flag tables'
+    parsers, the catalogs, the planner's and the simulator's tables."""
     try:
-        from ..cli import lengths, plan_flags, simulate  # noqa: F401 - loaded for the jobs
         from ..hardware import catalog as gpus
         from ..models import catalog
+        from ..workload import run as _lengths  # noqa: F401 - loaded for the jobs
         from . import api
 
         catalog.entries()
@@ -34,7 +34,6 @@ def _warm() -> None:
         api.plan_json(["--model", "llama3-8b", "--gpu", "H100"])
         api.simulate_json(["--model", "llama3-8b", "--gpu", "H100", "--request-rate", "10", "--num-prompts", "20",
                            "--random-input-len", "128", "--random-output-len", "16"])
-        plan_flags.cli_command("lengths")
     except Exception:  # noqa: BLE001, S110 - a job imports what failed here and reports it itself
         pass
 
