@@ -190,15 +190,9 @@ def has_tokenizer(model: str | None) -> bool:
 @lru_cache(maxsize=1)
 def models_json() -> list[dict]:
     """``kvplan models --format json`` (the catalog)."""
-    from ..models import catalog, load_model
-    from ..models.params import count_params
+    from ..memory.listing import catalog_rows
 
-    rows = []
-    for entry in catalog.entries():
-        spec = load_model(entry.id)
-        rows.append({"id": entry.id, "aliases": list(entry.aliases), "params": count_params(spec),
-                     "summary": spec.describe()})
-    return rows
+    return catalog_rows()
 
 
 @lru_cache(maxsize=1)
