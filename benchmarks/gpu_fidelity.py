@@ -235,6 +235,10 @@ def translate(case: dict, prev: dict | None = None, *, view: str = "user") -> tu
         raise NotExpressible(f"dataset {dataset!r} is neither random nor sharegpt")
     if b.get("ignore_eos"):
         argv.append("--ignore-eos")
+    endpoint = str(b.get("endpoint") or "")
+    if "chat" in endpoint or "chat" in str(b.get("backend") or ""):
+        # the bench flags kvplan simulate takes only inside a pasted command
+        argv += ["--from-bench-cmd", "vllm bench serve --backend openai-chat --endpoint /v1/chat/completions"]
     argv += ["--format", "json"]
     return argv, notes
 
@@ -383,26 +387,32 @@ def by(rows: list[dict], key) -> dict[str, list[dict]]:
 
 
 def write_validation(result: dict) -> None:
-    """src/kvplan/sim/validation.py: per GPU and per regime, the LOSO (user view) medians every
-    simulate result quotes, and the fit's beside them."""
+    """src/kvplan/sim/validation.py: per GPU (VALIDATION), per regime and per source group, the
+    leave-one-source-out median |error| of the user view (what a new user's run should expect),
+    with the fit's beside it; every simulate result quotes its GPU's and its traffic regime's."""
     import datetime
 
     def row(entry: dict) -> dict:
         loso = entry.get("loso_err") or {}
         fit = entry.get("user_err") or {}
         return {"cases": entry["cases"], "output_throughput": loso.get("output_throughput"), "ttft": loso.get("ttft"),
-                "tpot": loso.get("tpot"), "fit": {m: fit.get(m) for m in METRICS}}
+                "tpot": loso.get("tpot"), "fit": {m: fit.get(m) for m in METRICS},
+                "benchmark": "benchmarks/gpu_fidelity.py (leave-one-source-out, user view)",
+                "date": datetime.date.today().isoformat()}
 
-    out = {"by_gpu": {g: row(e) for g, e in result["gpu"].items() if g != "all"},
-           "by_regime": {g: row(e) for g, e in result["regime"].items()},
-           "by_source": {g: row(e) for g, e in result["source"].items()},
-           "benchmark": "benchmarks/gpu_fidelity.py (leave-one-source-out, user view)",
-           "date": datetime.date.today().isoformat()}
+    def literal(d: dict) -> str:
+        return json.dumps(d, indent=4).replace("null", "None").replace("true", "True").replace("false", "False")
+
+    by_gpu = {g: row(e) for g, e in result["gpu"].items() if g != "all"}
+    by_regime = {g: row(e) for g, e in result["regime"].items()}
+    by_source = {g: row(e) for g, e in result["source"].items()}
     path = HERE.parent / "src" / "kvplan" / "sim" / "validation.py"
     text = path.read_text(encoding="utf-8")
     head = text[:text.index("VALIDATION: dict = ")]
-    path.write_text(head + "VALIDATION: dict = " + json.dumps(out, indent=4).replace("null", "None")
-                    .replace("true", "True").replace("false", "False") + "\n", encoding="utf-8")
+    path.write_text(head + "VALIDATION: dict = " + literal(by_gpu) + "\n\n#: traffic regime -> the same, for the "
+                    "regime a run is in\nVALIDATION_BY_REGIME: dict = " + literal(by_regime) + "\n\n#: source group "
+                    "of the development set -> the same\nVALIDATION_BY_SOURCE: dict = " + literal(by_source) + "\n",
+                    encoding="utf-8")
     print(f"wrote {path}")
 
 

@@ -1,6 +1,7 @@
 """Fit the step-time model's overhead constants (kvplan.sim.opmodel.Overheads) to development cases,
 by coordinate search on a log grid. The objective is the sum over output throughput, TTFT (weight
-0.5) and TPOT of the median |relative error| over the cases, each typed in its SCENARIO view
+0.5) and TPOT of the median |relative error| per source group (groups weighted by the square root
+of their case counts), each case typed in its SCENARIO view
 (benchmarks/gpu_fidelity.translate: what the source documents about its setup, warm caches
 included), so that a constant measures vLLM, not a source's setup. gpu_fidelity.py calls
 :func:`fit` once per left-out source group (leave-one-source-out); run alone, this fits every
@@ -22,28 +23,58 @@ sys.path.insert(0, str(HERE))
 
 import gpu_fidelity as gf  # noqa: E402
 
-PARAMS = ("api_request_s", "cpu_step_s", "cpu_seq_s", "layer_s", "step_s", "seq_s", "net_bandwidth_gbs",
-          "request_s")
+PARAMS = ("api_cpu_speed", "api_chat_jinja_s", "request_s", "cpu_step_s", "cpu_seq_s", "compute_sustain",
+          "marlin_fp8_compute_share", "marlin_int4_compute_share", "net_bandwidth_gbs")
+#: Where every fit starts (the full fit and each leave-one-source-out fold alike), and why: the
+#: constants before any fit to the development set.
+PRIORS = {
+    "cpu_step_s": 0.0015,  # Vidur's cpu_overheads.csv, A100, batch 8 (schedule + prepare + process outputs)
+    "cpu_seq_s": 1.0e-5,  # Vidur ~45 us per sequence in vLLM v0; V1 moved most of it off the step
+    "request_s": 0.005,  # HTTP round trip and first SSE chunk on an idle server
+    "net_bandwidth_gbs": 5.0,  # TCP between pods
+    "compute_sustain": 1.0,  # the kernel tables as measured
+    "api_cpu_speed": 1.0,  # a GPU host's core as fast as the test host's
+    "api_chat_jinja_s": 6.6e-5,  # the tiny test model's template, measured (benchmarks/frontend_cost.py)
+    "marlin_fp8_compute_share": 0.8, "marlin_int4_compute_share": 0.9,
+}
+
+
+def prior_overheads():
+    """The shipped Overheads with every fitted constant back at its prior."""
+    from kvplan.sim.opmodel import DEFAULT_OVERHEADS
+
+    return dataclasses.replace(DEFAULT_OVERHEADS, **PRIORS)
 WEIGHTS = {"output_throughput": 1.0, "ttft": 0.5, "tpot": 1.0}
+#: shares that cannot exceed 1 (a coordinate step that would is clipped)
+CAPPED = ("compute_sustain", "marlin_fp8_compute_share", "marlin_int4_compute_share")
 
 
 def objective(prepared: list[dict], ov) -> tuple[float, dict]:
+    """Per source group the median |error| of each metric, the groups weighted by the square root
+    of their case counts (the largest source does not set every constant alone), summed over the
+    metrics with WEIGHTS."""
     scored = gf.score(prepared, "scenario", ov)
-    errs: dict[str, list] = {m: [] for m in gf.METRICS}
+    errs: dict[str, dict[str, list]] = {}
     for p in prepared:
         for m, e in (scored[p["id"]].get("err") or {}).items():
-            errs[m].append(abs(e))
-    med = {m: statistics.median(v) if v else 0.0 for m, v in errs.items()}
+            errs.setdefault(p["source"], {k: [] for k in gf.METRICS})[m].append(abs(e))
+    med: dict[str, float] = {}
+    for m in gf.METRICS:
+        num = den = 0.0
+        for groups in errs.values():
+            if groups[m]:
+                w = len(groups[m]) ** 0.5
+                num += w * statistics.median(groups[m])
+                den += w
+        med[m] = num / den if den else 0.0
     return sum(WEIGHTS[m] * med[m] for m in gf.METRICS), med
 
 
 def fit(prepared: list[dict], *, start=None, params=PARAMS, rounds: int = 1, step: float = 1.5,
         log=lambda s: None):
-    """Coordinate search from ``start`` (default: the shipped constants): per round, each constant
+    """Coordinate search from ``start`` (default: the priors, PRIORS): per round, each constant
     is tried at ×1/step and ×step (the next round at √step) and the first improvement kept."""
-    from kvplan.sim.opmodel import DEFAULT_OVERHEADS
-
-    ov = start or DEFAULT_OVERHEADS
+    ov = start or prior_overheads()
     best, med = objective(prepared, ov)
     log(f"start: {best:.4f} " + " ".join(f"{m} {v:.3f}" for m, v in med.items()))
     for rnd in range(rounds):
@@ -51,7 +82,12 @@ def fit(prepared: list[dict], *, start=None, params=PARAMS, rounds: int = 1, ste
         for name in params:
             cur = getattr(ov, name)
             for f in (1 / s, s):
-                cand = dataclasses.replace(ov, **{name: cur * f})
+                value_new = cur * f
+                if name in CAPPED:
+                    value_new = min(1.0, value_new)
+                    if value_new == cur:
+                        continue
+                cand = dataclasses.replace(ov, **{name: value_new})
                 value, m = objective(prepared, cand)
                 if value < best - 1e-4:
                     best, med, ov = value, m, cand

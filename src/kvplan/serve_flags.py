@@ -147,6 +147,9 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
               "it off)."),
     ServeFlag("enable_expert_parallel", ("--enable-expert-parallel",), bool, None,
               "vLLM's --enable-expert-parallel: MoE experts split whole over the ranks.", from_log=True),
+    ServeFlag("api_server_count", ("--api-server-count",), int, None,
+              "vLLM's API server processes (default: 1 up to 0.14, the DP size from 0.15): each renders, "
+              "tokenizes and streams its share of the requests (sim/frontend.py).", from_log=True),
     # the traffic the serve flags meet (sim/serve_flag_costs.py reads them; the plan does not)
     ServeFlag("spec_acceptance", ("--spec-acceptance",), float, None,
               "With --speculative-config, for simulate: vLLM's draft acceptance rate in [0, 1] "

@@ -47,6 +47,7 @@ class PlanRequest:
     long_prefill_token_threshold: Optional[int] = None
     async_scheduling: Optional[bool] = None
     enable_expert_parallel: Optional[bool] = None  # MoE experts whole per rank (None: vLLM's default, off)
+    api_server_count: Optional[int] = None  # API server processes (None: the version's default)
     # how requests reach the data-parallel replicas (sim/balancer.py; None: vLLM's own for the version)
     load_balancer: Optional[str] = None
     entrypoint: str = "serve"

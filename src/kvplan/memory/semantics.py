@@ -730,6 +730,12 @@ class VllmSemantics:
             return False
         return pipeline_parallel_size <= 1 and not multi_node
 
+    def api_server_count_default(self, data_parallel_size: int) -> int:
+        """API server processes without ``--api-server-count``: one up to 0.14; from 0.15 the DP size
+        with vLLM's internal load balancer (``entrypoints/cli/serve.py``: ``args.api_server_count =
+        data_parallel_size`` when None; read in the 0.14.0 and 0.15.1 wheels)."""
+        return max(1, data_parallel_size) if self.version >= (0, 15) else 1
+
     @property
     def reserve_full_prompt_at_admission(self) -> bool:
         """0.19.0+ admit a waiting request only if its whole prompt fits the free blocks

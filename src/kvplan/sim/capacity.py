@@ -101,7 +101,9 @@ class Prober:
         from .engine_config import EngineConfig
 
         cfg = EngineConfig.from_plan(request, self.plan_result, async_scheduling=sim_kwargs.get("async_scheduling"),
-                                     expert_parallel=sim_kwargs.get("enable_expert_parallel", False))
+                                     expert_parallel=sim_kwargs.get("enable_expert_parallel", False),
+                                     api_server_count=sim_kwargs.get("api_server_count"))
+        self.engine_config = cfg
         self.profile = profile or default_profile(request, self.plan_result, async_scheduling=cfg.async_scheduling,
                                                   expert_parallel=cfg.expert_parallel)
         self.load_balancer = load_balancer if load_balancer is not None else getattr(request, "load_balancer", None)
@@ -118,7 +120,7 @@ class Prober:
         """One replica's completions per second at overload (0 when nothing completes)."""
         if self._ceiling is None:
             from .saturation import completion_ceiling
-            from .simulate import _api_handoff, replica_engine_maker
+            from .simulate import front_end_for, replica_engine_maker
 
             from .serve_flag_costs import speculative_model, with_lora
 
@@ -130,7 +132,7 @@ class Prober:
             reqs = self.workload.lengths()
             c = completion_ceiling(make, reqs, max_num_seqs=self.plan_result.flags.max_num_seqs,
                                    kv_tokens=self.plan_result.kv.kv_cache_tokens,
-                                   handoff=lambda rs: _api_handoff(rs, prof))
+                                   front_end=lambda: front_end_for(prof, self.engine_config, None))
             self._ceiling = c or 0.0
         return self._ceiling
 

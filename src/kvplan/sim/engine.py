@@ -47,6 +47,7 @@ from .recorder import StepRecorder
 from .stepmodel import StepFeatures
 
 _INF = math.inf
+_new = tuple.__new__
 
 
 class SchedulerOutput(NamedTuple):
@@ -71,7 +72,7 @@ class Engine(DecodeBookkeeping):
                  enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
                  watermark: float = 0.0, async_scheduling: bool = True, timeline_interval_s: float = 1.0,
                  max_steps: Optional[int] = None, max_concurrency: Optional[int] = None,
-                 warm_prefixes: Sequence[tuple] = (), reserve_full_prompt: bool = True):
+                 warm_prefixes: Sequence[tuple] = (), reserve_full_prompt: bool = True, front_end=None):
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -145,6 +146,16 @@ class Engine(DecodeBookkeeping):
         self.last_step_completed = 0
         self.recorder = StepRecorder()
         self._record_countdown = 1
+        #: the API server(s) in front (kvplan.sim.frontend), or None: requests reach the engine at
+        #: their ``handoff`` (set by the front end when the client's send enters its queue)
+        self.fe = front_end
+        self._committed = 0  # requests handed to the front end so far
+        self._handoff_seen = False  # a request reached the engine since the flag was cleared
+        self._fe_synced_at = None  # the engine time the front end last ran to
+        if front_end is not None:
+            front_end.on_handoff = self._on_handoff
+            front_end.on_first = self._on_first_delivered
+            front_end.on_last = self._on_last_delivered
         #: per-sequence features the step model reads beyond the step's sums (filled only then)
         self._needs = tuple(getattr(profile, "needs", ()) or ())
         if warm_prefixes:
@@ -154,6 +165,11 @@ class Engine(DecodeBookkeeping):
     def run(self) -> "Engine":
         """Every step until the trace is served."""
         self.advance(_INF)
+        if self.fe is not None:  # what the client sees: when the API server delivered the tokens
+            self.fe.advance(_INF)
+            for r in self.reqs:
+                if r.status == DONE and r.d_end is not None:
+                    r.t_first, r.t_end = r.d_first, r.d_end
         return self
 
     def add_request(self, request, *, index: int, arrival: Optional[float] = None) -> Req:
@@ -164,6 +180,8 @@ class Engine(DecodeBookkeeping):
                 request.output_tokens, request.prefix_id, request.prefix_tokens,
                 getattr(request, "root_id", None), getattr(request, "root_tokens", 0) // self.block_size)
         self.reqs.append(r)
+        if self.fe is not None and self._committed < len(self.reqs) - 1:  # pragma: no cover - defensive
+            raise ValueError("requests are added before a front end takes them in")
         return r
 
     def advance(self, horizon: float) -> "Engine":
@@ -194,18 +212,30 @@ class Engine(DecodeBookkeeping):
         never_fits = self.kv.never_fits
         prof_time = self.profile.time
         slots = self.slots
+        fe = self.fe
+        gate_here = slots is not None and fe is None  # without a front end the client sends on take-in
         while True:
             if self.t >= horizon:
                 break  # the next step starts at or after the horizon: arrivals before it may be missing
-            if slots is not None:
-                self._gate(nxt)  # a request that finished may have freed a client slot
+            if fe is not None:
+                # the clients' sends up to now enter the API server's queue; its loop runs to now
+                # (kvplan.sim.frontend): requests it handed on become visible
+                if self._fe_synced_at != self.t:  # (the step that ended now did this already)
+                    self._commit_sends(self.t)
+                    fe.advance(self.t)
+                limit = self._committed
+                self._handoff_seen = False
+            else:
+                limit = n
+                if slots is not None:
+                    self._gate(nxt)  # a request that finished may have freed a client slot
             # arrivals the scheduler can see: with async scheduling the step starting now was
             # scheduled when the previous one started (EngineCore.step_with_batch_queue)
             vis = self._last_start if (self.async_sched and self._last_end == self.t) else self.t
-            while nxt < n and reqs[nxt].arrival <= vis:
+            while nxt < limit and reqs[nxt].handoff <= vis:
                 r = reqs[nxt]
                 nxt += 1
-                if slots is not None:
+                if gate_here:
                     heapq.heappop(slots)
                     self._in_flight += 1
                     if self._in_flight > self.peak_in_flight:
@@ -215,8 +245,8 @@ class Engine(DecodeBookkeeping):
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["prompt_too_long"] = rejected_reasons.get("prompt_too_long", 0) + 1
-                    self._client_done(r.arrival)
-                    if slots is not None:
+                    self._client_done(r.handoff)
+                    if gate_here:
                         self._gate(nxt)
                     continue
                 # get_max_tokens: max_tokens is clamped to max_model_len - prompt, never rejected
@@ -225,24 +255,25 @@ class Engine(DecodeBookkeeping):
                     r.status = REJECTED
                     self.rejected += 1
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
-                    self._client_done(r.arrival)
-                    if slots is not None:
+                    self._client_done(r.handoff)
+                    if gate_here:
                         self._gate(nxt)
                     continue
                 self.waiting.append(r)
-                if slots is not None:
+                if gate_here:
                     self._gate(nxt)
             if not self.running and not self.waiting:
                 if nxt >= n:
                     break  # idle: the run ends, or waits for requests added before the next advance
-                self.t = max(self.t, reqs[nxt].arrival)
+                self.t = max(self.t, self._next_arrival(nxt, limit))
                 self._last_end = -1.0
                 continue
             if self.max_steps is not None and self.steps >= self.max_steps:
                 break
             if (self.counted and self.n_dec and not self.pre and not self.waiting and not self.pending
                     and not self._irregular and not self._needs):
-                if self._decode_stretch(min(reqs[nxt].arrival if nxt < n else _INF, horizon)):
+                # (an open loop's sends enter the front end inside the stretch, at their times)
+                if self._decode_stretch(min(self._next_arrival(nxt, limit, sends=False), horizon)):
                     continue  # time moved: take in the arrivals before the next scheduled step
             t_start = self.t
             out = self._schedule(t_start)
@@ -266,17 +297,18 @@ class Engine(DecodeBookkeeping):
                     rejected_reasons["exceeds_kv_cache"] = rejected_reasons.get("exceeds_kv_cache", 0) + 1
                     if slots is not None:
                         self._client_done(self.t)
-                        self._gate(nxt)
+                        if gate_here:
+                            self._gate(nxt)
                     continue
                 if not self.running and nxt < n:
-                    self.t = max(self.t, reqs[nxt].arrival)
+                    self.t = max(self.t, self._next_arrival(nxt, limit))
                     self._last_end = -1.0
                     continue
                 if not self.running and not self.waiting:
                     continue
                 # nothing runnable now (e.g. waiting for frees): advance to the next arrival
                 if nxt < n:
-                    self.t = max(self.t, reqs[nxt].arrival)
+                    self.t = max(self.t, self._next_arrival(nxt, limit))
                     self._last_end = -1.0
                     continue
                 break  # pragma: no cover - a stuck state; the remaining requests stay unfinished
@@ -303,6 +335,55 @@ class Engine(DecodeBookkeeping):
                 self.next_sample += self.interval
         self._nxt = nxt
 
+    def _next_arrival(self, nxt: int, limit: int, sends: bool = True) -> float:
+        """The next time a request can reach the engine: the next one handed on by the front end,
+        else (``sends``) the next client send, which first enters the front end's queue."""
+        reqs = self.reqs
+        if self.fe is None:
+            return reqs[nxt].handoff if nxt < limit else _INF
+        best = reqs[nxt].handoff if nxt < limit else _INF
+        c = self._committed
+        if (sends or self.slots is not None) and c < len(reqs) and reqs[c].arrival < best:
+            best = reqs[c].arrival
+        nxt_api = self.fe.next_start()  # the API server's loop may hand a request on then
+        return nxt_api if nxt_api < best else best
+
+    def _commit_sends(self, until: float) -> None:
+        """Clients' sends up to ``until``, in order, into the front end's queue (a closed loop's
+        client sends when a slot is free: ``_gate``); each gets its hand-off time."""
+        reqs, n, fe, slots = self.reqs, len(self.reqs), self.fe, self.slots
+        c = self._committed
+        if c >= n or (slots is None and reqs[c].arrival > until):
+            return
+        while c < n:
+            if slots is not None:
+                self._gate(c)
+            r = reqs[c]
+            if r.arrival > until:
+                break
+            if slots is not None:
+                heapq.heappop(slots)
+                self._in_flight += 1
+                if self._in_flight > self.peak_in_flight:
+                    self.peak_in_flight = self._in_flight
+            handoff = fe.send(r, r.arrival)  # None: the API server's queue decides (on_handoff)
+            r.handoff = _INF if handoff is None else handoff
+            c += 1
+        self._committed = c
+
+    def _on_handoff(self, r: Req, t: float) -> None:
+        r.handoff = t
+        self._handoff_seen = True
+
+    def _on_first_delivered(self, r: Req, t: float) -> None:
+        r.d_first = t
+
+    def _on_last_delivered(self, r: Req, t: float) -> None:
+        r.d_end = t
+        if self.slots is not None:  # the client has the whole response: its slot is free
+            heapq.heappush(self.slots, t + self._ovh)
+            self._in_flight -= 1
+
     # -- the closed loop ----------------------------------------------------------------------
     def _gate(self, nxt: int) -> None:
         """Request ``nxt`` is sent when it is due and a client slot is free: its arrival becomes
@@ -314,9 +395,9 @@ class Engine(DecodeBookkeeping):
         slots = self.slots
         if slots:
             due = self._due[nxt]
-            r.arrival = due if due >= slots[0] else slots[0]
+            r.arrival = r.handoff = due if due >= slots[0] else slots[0]
         else:
-            r.arrival = _INF
+            r.arrival = r.handoff = _INF
 
     def _client_done(self, t: float) -> None:
         if self.slots is not None:
@@ -340,6 +421,14 @@ class Engine(DecodeBookkeeping):
         if stop - G < 2:
             return 0
         prof_time, buckets, itl = self.profile.time, self.buckets, self.itl_w
+        fe = self.fe
+        # FrontEnd.outputs' common case inline (one API server, nothing queued): the batch's place
+        fe_one = fe.servers[0] if fe is not None and fe.count == 1 else None
+        chunk_cost = fe.chunk_s * n if fe is not None else 0.0
+        # an open loop's next client send: it enters the front end when the stretch passes it
+        reqs = self.reqs
+        next_send = (reqs[self._committed].arrival if fe is not None and self.slots is None
+                     and self._committed < len(reqs) else _INF)
         kv = n * (G + 1) + self.sum_off
         t = self.t
         last_start, last_end = self._last_start, self._last_end
@@ -377,6 +466,32 @@ class Engine(DecodeBookkeeping):
                 while t >= self.next_sample:
                     self._sample(self.next_sample)
                     self.next_sample += self.interval
+            if fe is not None:  # the API server's loop runs to the step's end, then takes its outputs
+                if next_send <= t:  # sends during this step queue ahead of its output batch
+                    first_new = self._committed
+                    self._commit_sends(t)
+                    next_send = reqs[self._committed].arrival if self._committed < len(reqs) else _INF
+                    fe.advance(t)
+                    fe.outputs(t, n, (), ())
+                    if self._handoff_seen:
+                        break
+                    # the requests just sent reach the engine at their hand-off (or when the API
+                    # server's queue runs next): the stretch stops before it
+                    upcoming = min(fe.next_start(), reqs[first_new].handoff)
+                    if upcoming < next_arrival:
+                        next_arrival = upcoming
+                    continue
+                if fe_one is not None and not fe.waiting:
+                    if fe_one.tail_start <= t:
+                        start = t if t > fe_one.busy else fe_one.busy
+                        fe_one.tail_start = start
+                        fe_one.tail_end = fe_one.busy = start + chunk_cost
+                    continue
+                if fe.waiting:
+                    fe.advance(t)
+                fe.outputs(t, n, (), ())
+                if self._handoff_seen:  # it handed a request on: the scheduler takes it in
+                    break
         pool.take(owed)
         if steps:
             # the stretch's steps differ only by their KV read: sampled as its first step, weighted
@@ -465,8 +580,9 @@ class Engine(DecodeBookkeeping):
                 kv_read += p.num_computed_tokens + num_new_tokens
                 pairs += num_new_tokens * p.num_computed_tokens + num_new_tokens * num_new_tokens / 2.0
         longest = self._max_context(stalled) if self._needs else 0
-        features = StepFeatures(tokens, seqs, kv_read, pairs, prefill_tokens, prefill_seqs, longest)
-        return SchedulerOutput(tokens, n_sched_dec, stalled, preempted, features)
+        # tuple.__new__: the named tuples without their Python-level __new__ (once per step)
+        features = _new(StepFeatures, (tokens, seqs, kv_read, pairs, prefill_tokens, prefill_seqs, longest))
+        return _new(SchedulerOutput, (tokens, n_sched_dec, stalled, preempted, features))
 
     def _max_context(self, stalled: list) -> int:
         """The longest context this step computes over (only when the step model asks: O(running))."""
@@ -597,6 +713,8 @@ class Engine(DecodeBookkeeping):
         for r in stalled:
             self._irregular.add(r)
         still: list[Req] = []
+        firsts: list[Req] = []
+        sampled = 0
         for p in self.pre:
             num_new_tokens = p.num_scheduled_tokens
             if num_new_tokens <= 0:
@@ -609,9 +727,11 @@ class Engine(DecodeBookkeeping):
                 self.recomputed += num_new_tokens
             if p.num_computed_tokens >= p.num_prompt_tokens + p.num_output_tokens:
                 p.num_output_tokens += 1
+                sampled += 1
                 if p.t_first is None:
                     p.t_first = t_end
                     self.first_order.append(p.i)
+                    firsts.append(p)
                 elif p.t_last is not None:
                     self.itl_x.append(t_end - p.t_last)
                 p.irregular = False
@@ -629,6 +749,15 @@ class Engine(DecodeBookkeeping):
         self.last_step_end = t_end
         self.last_step_completed = len(done)
         slots = self.slots
+        fe = self.fe
+        if fe is not None:  # the step's tokens go out through the API server (frontend.py)
+            c = self._committed
+            if c < len(self.reqs) and (slots is not None or self.reqs[c].arrival <= t_end):
+                self._commit_sends(t_end)
+            if fe.waiting:
+                fe.advance(t_end)
+            fe.outputs(t_end, n_sched_dec + sampled, firsts, done)
+            self._fe_synced_at = t_end
         for r in done:
             if r.status == DECODE:
                 r.num_computed_tokens = self.G + r.off  # tokens computed (the last sampled token has no KV yet)
@@ -636,7 +765,7 @@ class Engine(DecodeBookkeeping):
                 self._drop_decoder(r)
                 r.status = DONE
             r.t_end = t_end
-            if slots is not None:
+            if slots is not None and fe is None:
                 heapq.heappush(slots, t_end + self._ovh)
                 self._in_flight -= 1
             if self.async_sched:

@@ -40,6 +40,8 @@ class EngineConfig:
     #: --enable-expert-parallel: each rank holds whole experts (E / (TP x DP) of them), not a
     #: TP slice of every expert
     expert_parallel: bool = False
+    #: API server processes in front of the engine (--api-server-count)
+    api_server_count: int = 1
 
     @property
     def kv_bytes(self) -> float:
@@ -56,7 +58,8 @@ class EngineConfig:
 
     @classmethod
     def from_plan(cls, request: "PlanRequest", plan_result: "PlanResult", *,
-                  async_scheduling: Optional[bool] = None, expert_parallel: bool = False) -> "EngineConfig":
+                  async_scheduling: Optional[bool] = None, expert_parallel: bool = False,
+                  api_server_count: Optional[int] = None) -> "EngineConfig":
         from ..memory import semantics
         from ..memory.planner import _quantization
 
@@ -76,4 +79,6 @@ class EngineConfig:
                    max_model_len=f.max_model_len, block_size=plan_result.kv.block_size,
                    num_gpu_blocks=plan_result.kv.num_gpu_blocks, async_scheduling=bool(async_scheduling),
                    reserve_full_prompt=sem.reserve_full_prompt_at_admission,
-                   expert_parallel=bool(expert_parallel) and request.model.is_moe)
+                   expert_parallel=bool(expert_parallel) and request.model.is_moe,
+                   api_server_count=api_server_count or sem.api_server_count_default(
+                       max(1, plan_result.parallel.data_parallel_size)))

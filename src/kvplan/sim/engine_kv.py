@@ -16,7 +16,7 @@ class Req:
                  "root_id", "root_blocks", "root", "root_h", "root_ext",
                  "status", "num_computed_tokens", "off", "num_output_tokens", "num_scheduled_tokens",
                  "sh", "sh_h", "ext", "pv", "pv_base", "t_sched", "t_first", "t_last", "t_end",
-                 "preempted", "irregular", "pending_free", "held", "hit_tokens")
+                 "preempted", "irregular", "pending_free", "held", "hit_tokens", "handoff", "d_first", "d_end")
 
     def __init__(self, i: int, arrival: float, num_prompt_tokens: int, max_tokens: int, prefix_id,
                  prefix_tokens: int, root_id=None, root_blocks: int = 0):
@@ -26,7 +26,9 @@ class Req:
         self.root_h = 0  # root blocks held (not extending it)
         self.root_ext = False  # its new blocks continue the root chain, up to root_blocks
         self.i = i
-        self.arrival = arrival
+        self.arrival = arrival  # when the client sent it (what TTFT and E2E count from)
+        self.handoff = arrival  # when the engine can see it (after the API server, kvplan.sim.frontend)
+        self.d_first = self.d_end = None  # when its first / last token reached the client (front end)
         self.num_prompt_tokens = num_prompt_tokens
         self.max_tokens = max_tokens  # clamped to max_model_len - num_prompt_tokens at arrival
         self.prefix_id = prefix_id

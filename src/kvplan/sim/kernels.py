@@ -168,13 +168,14 @@ def attention_fit(table: dict, kv_dtype: str, head_dim: int) -> tuple[dict, str]
     return att[key], key
 
 
-def gemm_table_for(table: dict, gpu) -> GemmTable:
+def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0) -> GemmTable:
     """Efficiencies from ``table``, peaks of ``gpu`` (its own catalog figures: a fallback GPU gets
-    the nearest measured GPU's efficiencies at its own bandwidth and FLOP/s)."""
+    the nearest measured GPU's efficiencies at its own bandwidth and FLOP/s); ``compute_scale``: the
+    share of the measured compute rate a GPU sustains while serving (1: the table's)."""
     bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
     f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
     f8 = (gpu.fp8_tflops or table["peaks"].get("fp8_tflops") or gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
-    return GemmTable(table["gemm"], bw, f16, f8)
+    return GemmTable(table["gemm"], bw, f16 * compute_scale, f8 * compute_scale)
 
 
 def weight_only_ratio(table: dict, kind: str) -> Optional[PerTokens]:

@@ -57,11 +57,25 @@ class Overheads:
     #: streaming): added to TTFT and E2E. First set from the fit half's single-request runs
     #: (dennislee t2-01, t4-01, t6-01, t8-01: 14.5 ms), refitted with the rest to 11.15 ms.
     request_s: float = 0.01115
-    #: The API server is one process: each request holds it for this long (HTTP parsing, request
-    #: validation, input processing) before it reaches the engine, one after the other ...
-    api_request_s: float = 0.0104
-    #: ... plus tokenisation per prompt token.
+    #: The API server (kvplan.sim.frontend): its work per request on the event loop (HTTP parsing,
+    #: validation, input processing, a short prompt's tokenization) on the completions endpoint ...
+    api_request_s: float = 0.00137
+    #: ... per prompt token on its tokenizer thread ...
     api_prompt_token_s: float = 1.0e-6
+    #: ... on the chat endpoint, rendering the chat template: transformers' Jinja (most models) or
+    #: openai_harmony's native renderer (gpt-oss: serving_chat's use_harmony) ...
+    api_chat_jinja_s: float = 6.6e-5
+    api_chat_harmony_s: float = 0.0
+    #: ... and per stream per engine step that gave it a token: detokenize (output_processor) and
+    #: frame one SSE chunk (the stream generator).
+    api_chunk_s: float = 7.81e-5
+    #: api_request_s, api_chat_jinja_s (the tiny model's five-line template) and api_chunk_s are the
+    #: API server process's CPU seconds measured on the real vLLM 0.32 CPU server of the tests
+    #: (benchmarks/frontend_cost.py, benchmarks/data/frontend_cost_cpu.json: 1.37 ms per completions
+    #: request, +0.07 ms with the template, 78 us per streamed token, 23 us not streamed);
+    #: api_prompt_token_s is a prior (a fast tokenizer at ~1 M tokens/s). A GPU host's server core
+    #: runs the same Python this many times as fast (fitted):
+    api_cpu_speed: float = 1.0
     #: Tensor parallelism across nodes or containers (TP > --gpus-per-node): NCCL over the host
     #: network instead of vLLM's custom all-reduce: latency per all-reduce and bus bandwidth.
     net_allreduce_latency_s: float = 5.0e-5
@@ -72,6 +86,10 @@ class Overheads:
     #: issue slots dequantizing. No kernel table measures Marlin on Ampere.
     marlin_fp8_compute_share: float = 0.8
     marlin_int4_compute_share: float = 0.9
+    #: Share of the kernel tables' compute rate (GEMM and attention FLOPs) a GPU sustains while
+    #: serving: the tables time each kernel alone at full clocks; under sustained load the SMs
+    #: throttle to the power limit. Memory-bound times are not scaled.
+    compute_sustain: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,7 +142,8 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     tp, pp = cfg.tensor_parallel_size, cfg.pipeline_parallel_size
     table_name, exact = K.nearest_measured(gpu)
     table = K.load_table(table_name)
-    gemm = K.gemm_table_for(table, gpu)
+    gemm = K.gemm_table_for(table, gpu, compute_scale=ov.compute_sustain)
+    gemm_as_measured = K.gemm_table_for(table, gpu) if ov.compute_sustain != 1.0 else gemm
     bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
     f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
     quant = cfg.quantization
@@ -170,6 +189,11 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     moe_groups: dict[tuple, int] = {}
     window = 0
     sliding_layers = full_kv_bytes = sliding_kv_bytes = 0.0
+    # MLA: the latent's bytes and the absorbed decode's FLOPs per KV token (compute-bound: 128 heads
+    # share one 576-value latent), in full or - DeepSeek-V3.2's sparse attention - over the
+    # indexer's top-k tokens only; the indexer's own keys are read over the whole context
+    mla_bytes = mla_flops = sparse_bytes = sparse_flops = 0.0
+    sparse_topk = int(spec.raw_flag("index_topk") or 0)
     heads_total = 0.0
     pair_flops = 0.0
     state_bytes = 0.0
@@ -210,7 +234,16 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         if isinstance(mix, MLAttention):
             heads = max(1, mix.num_heads // tp)
             per_tok = mix.latent_dim * kv_bytes
-            full_kv_bytes += per_tok
+            # FlashMLA / Triton MLA decode with the weights absorbed: q·latent over kv_lora + rope,
+            # then p·latent over kv_lora, per head (vllm attention/backends/mla)
+            flops = 2.0 * heads * (2 * mix.kv_lora_rank + mix.qk_rope_head_dim)
+            if mix.indexer_bytes_per_token and sparse_topk:
+                sparse_bytes += per_tok
+                sparse_flops += flops
+                full_kv_bytes += mix.indexer_bytes_per_token
+            else:
+                mla_bytes += per_tok
+                mla_flops += flops
             heads_total += heads
             pair_flops += 2.0 * heads * (mix.qk_nope_head_dim + mix.qk_rope_head_dim + mix.v_head_dim)
         elif isinstance(mix, LinearStateMixer):
@@ -235,6 +268,7 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     kv_eff = dec["bandwidth_eff"] or 0.8
     fl_eff = pre["flops_eff"] or 0.5
     attn_layers = max(1, sum(1 for lay in layers if not isinstance(lay.mixer, LinearStateMixer)))
+    mla_f = f16 * ov.compute_sustain  # MLA decode runs on the 16-bit tensor cores (an fp8 latent is upcast)
     d = spec.hidden_size
     vocab_rank = -(-spec.vocab_size // 64) * 64 / tp
 
@@ -286,12 +320,12 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
             me = m * k / touched
             if other is not None:
                 t *= gemm.time(me, 2 * inter, d) / other.time(me, 2 * inter, d)
-            if width != inter:
-                # the same experts at another width: the measured curve times the grouped GEMMs'
-                # modelled ratio (bf16 roofline over the measured efficiencies at both widths)
-                def grouped(w: float) -> float:
-                    return gemm.time(me, touched * up * w, d) + gemm.time(me, touched * d, w)
-                t *= grouped(inter) / grouped(width)
+            if width != inter or gemm_as_measured is not gemm:
+                # the same experts at another width, or sustained clocks: the measured curve times
+                # the grouped GEMMs' modelled ratio (bf16 roofline over the measured efficiencies)
+                def grouped(g, w: float) -> float:
+                    return g.time(me, touched * up * w, d) + g.time(me, touched * d, w)
+                t *= grouped(gemm, inter) / grouped(gemm_as_measured, width)
             return t
         touched = e * (1.0 - (1.0 - k / e) ** m)
         me = m * k / touched
@@ -330,8 +364,12 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
                            fixed_s=n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))))
     # one kernel per token-head (the decode and prefill fits agree within 25%: their mean is used)
     terms.append(Attention(
-        name="attention", fixed_s=attn_layers * dec["c0_s"], kv_token_s=full_kv_bytes / (bw * kv_eff),
-        window_kv_s=sliding_kv_bytes / (bw * kv_eff), window=window, pair_s=pair_flops / (f16 * fl_eff),
+        name="attention", fixed_s=attn_layers * dec["c0_s"],
+        kv_token_s=full_kv_bytes / (bw * kv_eff) + max(mla_bytes / (bw * kv_eff), mla_flops / (mla_f * fl_eff)),
+        window_kv_s=sliding_kv_bytes / (bw * kv_eff) + max(sparse_bytes / (bw * kv_eff),
+                                                           sparse_flops / (mla_f * fl_eff)),
+        window=window or (sparse_topk if sparse_bytes else 0),
+        pair_s=pair_flops / (f16 * ov.compute_sustain * fl_eff),
         prefill_fixed_s=attn_layers * pre["c0_s"], token_head_s=(dec["per_seq_head_s"] + pre["per_token_head_s"]) / 2.0,
         heads=heads_total, seq_s=attn_layers * dec["per_seq_s"]))
     terms.append(Elementwise(name="elementwise (norms, activation, RoPE)", bytes_per_token=elem_bytes_per_token,
@@ -364,6 +402,16 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         notes.append(f"pipeline parallel {pp}: stages run one after the other; one send/recv per boundary")
     if sliding_layers:
         notes.append(f"sliding-window layers read at most {window} tokens per sequence (mean context per step)")
+    if 80 <= (gpu.sm or 0) < 90 and (spec.model_type == "gpt_oss" or kv_name.startswith("fp8")):
+        # platforms/cuda.py get_attn_backend_cls (0.11.0): attention sinks or an fp8 KV cache on SM
+        # 8.x select TRITON_ATTN, not FlashAttention
+        notes.append(f"{gpu.name} runs this attention with vLLM's Triton kernel (sinks or an fp8 KV cache on "
+                     "SM 8.x); the tables measure FlashAttention, so its time here is likely optimistic")
+    if mla_bytes or sparse_bytes:
+        notes.append("MLA decode: the latent's bytes or the absorbed attention's FLOPs per KV token, whichever is "
+                     "slower (many heads share one latent: compute-bound at long context)"
+                     + (f"; DeepSeek-V3.2 sparse attention over the indexer's top {sparse_topk} tokens per "
+                        "sequence, the indexer's keys over the whole context" if sparse_bytes else ""))
     version = table.get("vllm_version", "?")
     tables_desc = f"{table_name} (AIConfigurator, vLLM {version} kernels)"
     if not exact:
@@ -379,7 +427,10 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     }
     return StepModel(
         terms=tuple(terms), async_overlap=cfg.async_scheduling, cuda_graphs=not eager,
-        request_overhead_s=ov.request_s, api_request_s=ov.api_request_s, api_prompt_token_s=ov.api_prompt_token_s,
+        request_overhead_s=ov.request_s, api_request_s=ov.api_request_s / ov.api_cpu_speed,
+        api_prompt_token_s=ov.api_prompt_token_s / ov.api_cpu_speed, api_chunk_s=ov.api_chunk_s / ov.api_cpu_speed,
+        api_chat_render_s={"jinja": ov.api_chat_jinja_s / ov.api_cpu_speed,
+                           "harmony": ov.api_chat_harmony_s / ov.api_cpu_speed},
         source=f"kernel model for {gpu.name} TP{tp}" + (f" PP{pp}" if pp > 1 else "") + f": {tables_desc}",
         device=gpu.name, clock=clock, notes=tuple(notes))
 
@@ -397,6 +448,31 @@ def validation_error(gpu_name: str, table_name: Optional[str] = None) -> dict:
         return {"measured": False, "note": f"no published end-to-end vLLM runs on {gpu_name} in the "
                                            f"development set: the error on this GPU is unknown{borrowed}"}
     return {"measured": True, **v}
+
+
+def traffic_regimes(trace) -> list[str]:
+    """The regimes of gpu_fidelity's tables a trace is in: closed loop / burst / request rate, and
+    ShareGPT or random for vllm bench's datasets."""
+    bench = getattr(trace, "bench", None) or {}
+    if getattr(trace, "max_concurrency", None):
+        out = ["closed loop"]
+    elif bench.get("request_rate") == "inf" or all(r.arrival_s == 0.0 for r in trace.requests[:2]):
+        out = ["burst"]
+    else:
+        out = ["request rate"]
+    if bench.get("dataset_name") in ("sharegpt", "random"):
+        out.append(bench["dataset_name"])
+    return out
+
+
+def regime_validation(trace) -> dict:
+    """Per regime of ``trace``: the leave-one-source-out error measured there (or that it is not)."""
+    from . import validation as V
+
+    table = getattr(V, "VALIDATION_BY_REGIME", {})
+    return {name: ({"measured": True, **table[name]} if name in table else
+                   {"measured": False, "note": f"no development cases in the {name} regime"})
+            for name in traffic_regimes(trace)}
 
 
 def clock_for_gpu(gpu) -> dict:

@@ -157,11 +157,12 @@ def verdict(reqs: Sequence, timeline: Sequence[dict], interval: float, max_waiti
 
 
 def completion_ceiling(make_engine, requests: Sequence, *, max_num_seqs: int, kv_tokens: Optional[int] = None,
-                       handoff=None) -> Optional[float]:
+                       front_end=None) -> Optional[float]:
     """What one engine completes per second at overload: a burst of ``requests`` (cycled to at
     least 4 × ``max_num_seqs`` and 200; ``kv_tokens`` is not used to shrink it), all sent at t = 0, the completions between the 25th and the
-    75th percentile (the batch full, the queue not yet drained) over their span. ``handoff``
-    (``requests -> times``) is the API server's serial queue, when the step model has one."""
+    75th percentile (the batch full, the queue not yet drained) over their span. ``front_end``
+    (``() -> FrontEnd or None``) makes the API server(s) in front of the engine (kvplan.sim.frontend),
+    when the step model has one."""
     from .engine_kv import DONE
     from ..traffic.trace import SimRequest
 
@@ -172,11 +173,7 @@ def completion_ceiling(make_engine, requests: Sequence, *, max_num_seqs: int, kv
     # measured 11-18 % low on Llama-2-70B on H100 at 512-token outputs)
     m = max(4 * max_num_seqs, 200)
     burst = [SimRequest(0.0, r.prompt_tokens, r.output_tokens) for r in _cycle(requests, m)]
-    e = make_engine(burst)
-    times = handoff(burst) if handoff is not None else None
-    if times is not None:
-        for r, t in zip(e.reqs, times):
-            r.arrival = t
+    e = make_engine(burst, front_end=front_end() if front_end is not None else None)
     e.run()
     ends = sorted(r.t_end for r in e.reqs if r.status == DONE)
     if len(ends) < 20:

@@ -41,15 +41,21 @@ def _groups(plan_result) -> tuple[tuple[str, int, int], ...]:
     return tuple(out) or (("full", 0, 0),)
 
 
-def _api_handoff(requests, prof):
-    """The API server is one process that takes requests one at a time (HTTP, validation,
-    tokenisation: ``api_request_s`` + ``api_prompt_token_s`` per prompt token) before the engine
-    sees them: a burst reaches the engine spread out. Returns when each request reaches the engine,
-    or None when the step model has no API-server cost (calibrated profiles: their
-    request_overhead_s covers it)."""
-    from .fleet import api_costs, serial_handoff
+def front_end_for(prof, engine_cfg, trace):
+    """The API server(s) in front of one engine (:mod:`kvplan.sim.frontend`) with the step model's
+    costs for this run's endpoint and the model's chat template, or None when the step model has
+    no API-server cost (calibrated profiles: their request_overhead_s covers it)."""
+    from .frontend import FrontEnd
 
-    return serial_handoff(requests, api_costs(prof))
+    request_s = getattr(prof, "api_request_s", 0.0) or 0.0
+    token_s = getattr(prof, "api_prompt_token_s", 0.0) or 0.0
+    chunk_s = getattr(prof, "api_chunk_s", 0.0) or 0.0
+    if not (request_s or token_s or chunk_s):
+        return None
+    endpoint = str((getattr(trace, "bench", None) or {}).get("endpoint") or "/v1/completions")
+    if "chat" in endpoint:
+        request_s += prof.chat_render_s(engine_cfg.model)
+    return FrontEnd(count=engine_cfg.api_server_count, request_s=request_s, prompt_token_s=token_s, chunk_s=chunk_s)
 
 
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
@@ -59,7 +65,7 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
              per_request: bool = False, max_steps: Optional[int] = None,
              load_balancer: Optional[str] = None, enable_expert_parallel: Optional[bool] = None,
              spec_acceptance: Optional[float] = None, active_loras: Optional[int] = None,
-             ceiling_rps: Optional[float] = None) -> SimResult:
+             ceiling_rps: Optional[float] = None, api_server_count: Optional[int] = None) -> SimResult:
     """Simulate ``trace`` on the plan of ``request``. Raises :class:`PlanDoesNotStart` (a
     :class:`KvplanError`) with vLLM's error text when the configuration would not start. The
     scheduler's flags not passed here are the request's (``--no-enable-prefix-caching``, ...).
@@ -84,6 +90,8 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         spec_acceptance = request.spec_acceptance
     if active_loras is None:
         active_loras = request.active_loras
+    if api_server_count is None:
+        api_server_count = request.api_server_count
     if plan_result is None:
         from ..memory import plan
 
@@ -97,7 +105,7 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
 
     # the vLLM version's rules for what the flags leave open (async scheduling, admission)
     engine_cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
-                                        expert_parallel=enable_expert_parallel)
+                                        expert_parallel=enable_expert_parallel, api_server_count=api_server_count)
     async_scheduling = engine_cfg.async_scheduling
     prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling,
                                       expert_parallel=engine_cfg.expert_parallel)
@@ -129,18 +137,10 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
                           "their state)"),
                  "per_replica": replica_rows(engines)}
     else:
-        # closed loop: the engine decides when each request is sent; the API server's serial queue
-        # is not applied there (at most max_concurrency requests wait in it)
-        handoff = None if getattr(trace, "max_concurrency", None) else _api_handoff(trace.requests, prof)
+        # the API server(s) in front of the one engine: ingest per request, output per step (frontend.py)
         engine = make_engine(trace.requests, getattr(trace, "max_concurrency", None),
-                             getattr(trace, "warm_prefixes", ()))
-        if handoff is not None:
-            for r, a in zip(engine.reqs, handoff):
-                r.arrival = a
+                             getattr(trace, "warm_prefixes", ()), front_end=front_end_for(prof, engine_cfg, trace))
         engine.run()
-        if handoff is not None:  # latencies count from the client's send, the API server's wait included
-            for r, orig in zip(engine.reqs, trace.requests):
-                r.arrival = orig.arrival_s
     notes = list(getattr(trace, "notes", ()) or ())
     if fleet is not None:
         lb = fleet["load_balancer"]
@@ -171,7 +171,8 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         from .saturation import completion_ceiling
 
         ceiling = completion_ceiling(make_engine, trace.requests, max_num_seqs=f.max_num_seqs,
-                                     kv_tokens=kv.kv_cache_tokens, handoff=lambda reqs: _api_handoff(reqs, prof))
+                                     kv_tokens=kv.kv_cache_tokens,
+                                     front_end=lambda: front_end_for(prof, engine_cfg, trace))
         if ceiling is not None:
             changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling * dp)
     if changes:
@@ -186,7 +187,7 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
                          async_scheduling: Optional[bool] = None, timeline_interval_s: float = 1.0,
                          max_steps: Optional[int] = None, reserve_full_prompt: Optional[bool] = None,
                          enable_expert_parallel: Optional[bool] = None, **_ignored):
-    """``make_engine(requests, max_concurrency=None, warm=())``: one replica's engine with the plan's
+    """``make_engine(requests, max_concurrency=None, warm=(), front_end=None)``: one replica's engine with the plan's
     KV pool and limits and ``profile``'s step times; what the flags leave open follows the vLLM
     version (:class:`kvplan.sim.engine_config.EngineConfig`); the scheduler's flags not given are
     the request's."""
@@ -207,7 +208,7 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
         async_scheduling = cfg.async_scheduling
         reserve_full_prompt = cfg.reserve_full_prompt if reserve_full_prompt is None else reserve_full_prompt
 
-    def make_engine(requests, max_concurrency=None, warm=()):
+    def make_engine(requests, max_concurrency=None, warm=(), front_end=None):
         return Engine(requests=requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
                       max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
                       max_model_len=f.max_model_len, profile=profile, groups=kv.groups, sizing=plan_result.sizing,
@@ -215,7 +216,7 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
                       long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                       async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
                       max_steps=max_steps, max_concurrency=max_concurrency, reserve_full_prompt=reserve_full_prompt,
-                      warm_prefixes=warm if enable_prefix_caching else ())
+                      front_end=front_end, warm_prefixes=warm if enable_prefix_caching else ())
     return make_engine
 
 
@@ -297,7 +298,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     from .bench_summary import bench_summary
 
     return SimResult(
-        meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS, "clock": clock_of(profile)},
+        meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS, "clock": clock_of(profile, trace)},
         bench=bench_summary(engine, trace, ovh),
         config=config, requests=requests, tokens=tokens, latency_s=latency, throughput=throughput,
         preemptions=engine.preemptions, rejected=engine.rejected,
@@ -337,14 +338,20 @@ def median_steps(engine: Engine, profile) -> dict:
     return out
 
 
-def clock_of(profile) -> dict:
-    """The step-time model a result stands on: its form, kernel data and measured error."""
+def clock_of(profile, trace=None) -> dict:
+    """The step-time model a result stands on: its form, kernel data and measured error (its GPU's
+    and, with ``trace``, its traffic regime's: leave-one-source-out on the development set)."""
     d = profile.to_dict()
     clock = d.get("clock")
     if clock:
+        validation = dict(clock["validation"])
+        if trace is not None:
+            from .opmodel import regime_validation
+
+            validation["regimes"] = regime_validation(trace)
         return {"model": clock["model"], "kernel_tables": clock["kernel_tables"],
                 "kernel_tables_exact": clock["kernel_tables_exact"],
-                "kernels_vllm_version": clock["kernels_vllm_version"], "validation": clock["validation"],
+                "kernels_vllm_version": clock["kernels_vllm_version"], "validation": validation,
                 "source": d.get("source")}
     kind = "calibrated profile" if d.get("fit") or d.get("source", "").startswith("calibrat") else "roofline prior"
     return {"model": kind, "kernel_tables": None, "kernel_tables_exact": None, "kernels_vllm_version": None,

@@ -159,6 +159,10 @@ class StepModel:
     request_overhead_s: float = 0.0
     api_request_s: float = 0.0
     api_prompt_token_s: float = 0.0
+    #: per stream per engine step (detokenize + SSE chunk), and the chat template's rendering per
+    #: request by renderer ("jinja", "harmony")
+    api_chunk_s: float = 0.0
+    api_chat_render_s: dict = field(default_factory=dict)
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -311,6 +315,12 @@ class StepModel:
             total += fn(s)
         return total
 
+    def chat_render_s(self, model) -> float:
+        """Seconds the API server spends rendering ``model``'s chat template per request: gpt-oss
+        renders with openai_harmony (native code), every other model with transformers' Jinja."""
+        renderer = "harmony" if getattr(model, "model_type", "") == "gpt_oss" else "jinja"
+        return self.api_chat_render_s.get(renderer, 0.0)
+
     # -- reading the model --------------------------------------------------------------------
     def term(self, name: str) -> CostTerm:
         return next(t for t in self.terms if t.name == name)
@@ -373,7 +383,8 @@ class StepModel:
                 "sliding_per_kv_token_s": c["window_kv"], "sliding_window": c["window"], "fixed_gpu_s": c["fixed"],
                 "cpu_step_s": c["cpu_fixed"], "cpu_seq_s": c["cpu_seq_s"], "async_overlap": self.async_overlap,
                 "request_overhead_s": self.request_overhead_s, "api_request_s": self.api_request_s,
-                "api_prompt_token_s": self.api_prompt_token_s, "notes": list(self.notes),
+                "api_prompt_token_s": self.api_prompt_token_s, "api_chunk_s": self.api_chunk_s,
+                "api_chat_render_s": dict(self.api_chat_render_s), "notes": list(self.notes),
                 # what one step costs at a few shapes, so a reader sees the clock without running it
                 "examples_s": {f"decode_{n}": round(self.time(n, n, n * 1024, 0.0), 6) for n in (1, 32, 256)}
                 | {"prefill_2048": round(self.time(2048, 1, 2048, 2048 * 2048 / 2.0), 6)}}

@@ -142,7 +142,7 @@ def parse_bench_cmd(text: str) -> ParsedBench:
     backend = flags.get("--backend") or flags.get("--endpoint-type") or "vllm"
     t["endpoint"] = endpoint
     if "chat" in endpoint or "chat" in backend:
-        notes.append("chat endpoint: the chat template's tokens are not added to the prompts")
+        notes.append("chat endpoint: the model's chat template adds its tokens to every prompt (approximate count)")
     if "--dataset-path" in flags and t.get("dataset_name", "random") == "sharegpt":
         notes.append("--dataset-path: kvplan uses its built-in ShareGPT length model, not the file")
     if ignored:

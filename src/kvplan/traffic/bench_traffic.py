@@ -291,6 +291,23 @@ def special_tokens_for(model_type: str) -> int:
     return 0 if (model_type or "").lower() in _NO_BOS_MODEL_TYPES else 1
 
 
+#: Tokens a model's chat template adds around one user message on the chat endpoint (the server
+#: renders the template, then tokenizes without special tokens): the role markers and the
+#: assistant header, plus the system text the template inserts when the request has none
+#: (Qwen2/2.5's default system prompt, Llama-3.x's knowledge-cutoff header, gpt-oss's Harmony system
+#: message with its date, reasoning effort and channels). Approximate counts of each family's fixed
+#: template text (its tokenizer_config.json chat_template; gpt-oss: openai_harmony's renderer).
+CHAT_TEMPLATE_TOKENS = {"qwen3": 8, "qwen3_moe": 8, "qwen3_next": 8, "qwen2": 30, "qwen2_moe": 30, "gpt_oss": 66,
+                        "glm4_moe": 6, "glm4": 6, "llama": 32, "mistral": 5, "mixtral": 5, "deepseek_v3": 4,
+                        "deepseek_v2": 4, "gemma2": 9, "gemma3_text": 9, "gemma3": 9}
+DEFAULT_CHAT_TEMPLATE_TOKENS = 8
+
+
+def chat_template_tokens_for(model_type: str) -> int:
+    """The tokens the chat endpoint adds to each prompt for this model family (approximate)."""
+    return CHAT_TEMPLATE_TOKENS.get((model_type or "").lower(), DEFAULT_CHAT_TEMPLATE_TOKENS)
+
+
 def tokenizer_facts(path: str) -> tuple[int, int]:
     """(num_special_tokens_to_add, vocab_size) of a tokenizer.json (or a folder with one), as a
     Hugging Face fast tokenizer reports them (vocab without added tokens)."""

@@ -122,13 +122,16 @@ def trace_from_requests(requests, source: str) -> Trace:
 
 
 def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
-                rate: Optional[float] = None, warm_up: bool = True, notes: tuple = ()) -> Trace:
+                rate: Optional[float] = None, warm_up: bool = True, notes: tuple = (),
+                chat_template_tokens: int = 0) -> Trace:
     """The requests ``vllm bench serve`` sends for ``traffic`` (a
     :class:`kvplan.traffic.bench_traffic.BenchTraffic`), as vLLM ``version`` samples them; ``rate``
     overrides ``--request-rate`` (a saturation search). The engine's prompt is the client's count
     plus the ``num_special`` tokens the server adds (BOS). Request 0's prompt is cached before
     t = 0: vLLM bench sends it once as its test request (and ``--num-warmups`` times more) before
-    the run starts."""
+    the run starts. On the chat endpoint the server renders the model's chat template instead:
+    ``chat_template_tokens`` instead of the special tokens (the template's own text; shared by
+    every request up to the user message, so they hit the prefix cache too)."""
     import dataclasses
 
     from .bench_traffic import sample_bench
@@ -137,10 +140,14 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
     t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
     smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
                        sharegpt_pairs=sample_pairs)
-    shared = num_special + smp.prefix_len if smp.prefix_len else 0
+    chat = "chat" in str(getattr(t, "endpoint", ""))
+    added = chat_template_tokens if chat else num_special
+    # the template's text before the user message (all but its ~5 closing tokens) is every prompt's
+    head = max(0, chat_template_tokens - 5) if chat else num_special
+    shared = head + smp.prefix_len if (smp.prefix_len or (chat and head)) else 0
     reqs = []
     for i, (p, o, a) in enumerate(zip(smp.prompt_lens, smp.output_lens, smp.arrivals)):
-        server = p + num_special
+        server = p + added
         kw = {}
         if shared:
             kw.update(root_id="bench-prefix", root_tokens=shared)
@@ -163,7 +170,8 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
              "max_concurrency": t.max_concurrency, "num_prompts": t.num_prompts, "seed": t.seed,
              "dataset_name": t.dataset_name, "ignore_eos": t.ignore_eos, "num_special_tokens": num_special,
              "sampling": smp.rule, "exact_draws": smp.exact, "warm_up_cached": bool(warm),
-             "warm_prompts": t.warm_prompts, "warm_prompt_len": t.warm_prompt_len}
+             "warm_prompts": t.warm_prompts, "warm_prompt_len": t.warm_prompt_len, "endpoint": t.endpoint,
+             "chat_template_tokens": chat_template_tokens if chat else 0}
     if t.dataset_name == "random":
         bench.update(random_input_len=t.random_input_len, random_output_len=t.random_output_len,
                      random_range_ratio=t.random_range_ratio if t.random_range_ratio is not None else
@@ -179,7 +187,7 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
                 input_len: Optional[str] = None, output_len: Optional[str] = None, arrival: str = "poisson",
                 seed: int = 0, bench=None, max_concurrency: Optional[int] = None,
                 version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
-                notes: tuple = ()) -> Callable[[Optional[float]], Trace]:
+                notes: tuple = (), chat_template_tokens: int = 0) -> Callable[[Optional[float]], Trace]:
     """The traffic flags of ``kvplan simulate`` / ``kvplan tune`` -> ``make_trace(rate)``: a request
     log replayed (its timestamps unless a rate is given), ``vllm bench serve``'s traffic (``bench``,
     a :class:`BenchTraffic`), else synthetic arrivals at the rate (1,000 requests unless
@@ -198,7 +206,7 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
         bench.validate()
         limits.requests(bench.num_prompts, "--num-prompts")
         maker = TraceMaker(bench=bench, version=version, num_special=num_special, vocab_size=vocab_size,
-                           notes=tuple(notes))
+                           notes=tuple(notes), chat_template_tokens=chat_template_tokens)
         maker(None)  # every flag checked now
         return maker
     if rate is None and not requests:
@@ -246,6 +254,7 @@ class TraceMaker:
     notes: tuple = ()
     max_tokens: Optional[int] = None  # a log's records without an output length get this (preflight's --max-tokens)
     estimate: Optional[bool] = None  # a log without a tokenizer: estimated from characters (logtrace's rule)
+    chat_template_tokens: int = 0  # vllm bench's chat endpoint: the template's tokens added to each prompt
 
     def __call__(self, r: Optional[float], length: Optional[int] = None) -> Trace:
         import dataclasses
@@ -255,7 +264,7 @@ class TraceMaker:
         if self.bench is not None:
             b = self.bench if length is None else dataclasses.replace(self.bench, num_prompts=length)
             return bench_trace(b, version=self.version, num_special=self.num_special, vocab_size=self.vocab_size,
-                               rate=r, notes=self.notes)
+                               rate=r, notes=self.notes, chat_template_tokens=self.chat_template_tokens)
         if self.requests:
             from .logtrace import trace_from_log
 
