@@ -366,7 +366,8 @@ class Engine(DecodeBookkeeping):
                 self._in_flight += 1
                 if self._in_flight > self.peak_in_flight:
                     self.peak_in_flight = self._in_flight
-            handoff = fe.send(r, r.arrival)  # None: the API server's queue decides (on_handoff)
+            # None: the API server's queue decides (on_handoff)
+            handoff = fe.send(r, r.arrival, reqs[c + 1].arrival if c + 1 < n and slots is None else _INF)
             r.handoff = _INF if handoff is None else handoff
             c += 1
         self._committed = c

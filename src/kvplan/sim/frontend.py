@@ -70,21 +70,24 @@ class FrontEnd:
         self.waiting += 1
         return item
 
-    def send(self, r, t: float) -> Optional[float]:
+    def send(self, r, t: float, next_send: float = _INF) -> Optional[float]:
         """The client sent request ``r`` at ``t``: its first turn joins its server's queue. When
-        nothing waits there, the turns run now and the hand-off time is returned (the second turn
-        is taken to run as soon as the tokenizer is done: an output batch that becomes ready in
-        between is not put ahead of it, an error of at most that batch); else None (the engine
-        hears of it through ``on_handoff``)."""
+        nothing waits there and the next send (``next_send``) comes after this request is handed
+        on, its turns run now and the hand-off time is returned (the second turn is taken to run
+        as soon as the tokenizer is done: an output batch that becomes ready in between is not put
+        ahead of it, an error of at most that batch); else None (the engine hears of it through
+        ``on_handoff``)."""
         s = self.servers[r.i % self.count]
-        if s.queue:
-            self._push(s, t, _RENDER, self.request_s, r)
-            return None
-        start = t if t > s.busy else s.busy
-        end = s.busy = start + self.request_s
-        tok_start = end if end > s.tokenizer_free else s.tokenizer_free
-        s.tokenizer_free = tok_start + self.prompt_token_s * r.num_prompt_tokens
-        return s.tokenizer_free
+        if not s.queue:
+            start = t if t > s.busy else s.busy
+            end = start + self.request_s
+            tok_start = end if end > s.tokenizer_free else s.tokenizer_free
+            handoff = tok_start + self.prompt_token_s * r.num_prompt_tokens
+            if next_send > handoff:
+                s.busy, s.tokenizer_free = end, handoff
+                return handoff
+        self._push(s, t, _RENDER, self.request_s, r)
+        return None
 
     def outputs(self, t: float, streams: int, firsts, lasts) -> None:
         """An engine step ending at ``t`` gave ``streams`` streams a token (``firsts``: first
