@@ -136,3 +136,19 @@ def test_system_prompts_become_roots_with_a_real_tokenizer():
     # engine's sharing across conversations is tested on hand-made traffic in test_sim_engine)
     res = simulate(_req(4096), tr).to_dict()
     assert res["requests"]["completed"] == len(tr) and res["tokens"]["prefix_cache_hit_tokens"] > 0
+
+
+def test_sharegpt_lengths_follow_the_tokenizer():
+    """A Llama-2-class tokenizer (32k entries) counts ShareGPT in 1.178x the tokens of Llama-3's
+    (the length model's two published runs: 270.64 vs 229.71 prompt tokens); large vocabularies
+    keep the Llama-3 lengths."""
+    import statistics
+
+    from kvplan.traffic.sharegpt import sample_pairs, tokenizer_scale
+
+    assert tokenizer_scale(151_936) == 1.0 and tokenizer_scale(128_256) == 1.0
+    small = sample_pairs(4000, 0, scale=tokenizer_scale(32_000))
+    large = sample_pairs(4000, 0, scale=tokenizer_scale(151_936))
+    ratio = statistics.mean(p for p, _ in small) / statistics.mean(p for p, _ in large)
+    assert 1.12 < ratio < 1.19
+    assert all(p <= 1024 and p + o <= 2048 for p, o in small)

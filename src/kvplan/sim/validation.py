@@ -1,8 +1,10 @@
-"""Median |error| of the GPU step-time model per GPU, as measured by ``benchmarks/gpu_fidelity.py``
-on the development set (/work/shared/perf/dev_cases.json). Written from the benchmark's output;
-every simulate/tune result quotes the row of its GPU ("how far to trust this clock")."""
+"""Median |error| of the GPU step-time model, as measured by ``benchmarks/gpu_fidelity.py`` on the
+development set (/work/shared/perf/dev_cases.json): leave-one-source-out, each case typed as a user
+would type it (the user view), per GPU, per traffic regime and per source group, with the fit's
+error beside it. Written by ``gpu_fidelity.py --write-validation``; every simulate/tune result
+quotes the rows of its GPU and its regime ("how far to trust this clock")."""
 
-#: kernel-table GPU -> {cases, output_throughput, ttft, tpot: median |relative error|, held_out: ...}
+#: GPU -> {cases, output_throughput, ttft, tpot: LOSO median |relative error|, fit: {...}}
 VALIDATION: dict = {
     "A100-SXM4-80GB": {
         "cases": 59,

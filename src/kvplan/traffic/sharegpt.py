@@ -63,9 +63,24 @@ def _cells(output_len: Optional[int]) -> tuple[list, list]:
     return cells, cum
 
 
-def sample_pairs(n: int, seed: int, output_len: Optional[int] = None) -> list[tuple[int, int]]:
+#: Tokens per Llama-3 token on ShareGPT text for tokenizers of at most 64k entries (Llama-2 and
+#: Mistral v0.1 style SentencePiece): the two published runs the length model is fitted to give
+#: 270.64 prompt tokens with Llama-2's tokenizer and 229.71 with Llama-3.1's. Larger vocabularies
+#: (Llama-3, Qwen2/3, GLM-4, gpt-oss's o200k) are taken at Llama-3's lengths.
+SMALL_VOCAB_SCALE = 270.64 / 229.71
+SMALL_VOCAB = 64_000
+
+
+def tokenizer_scale(vocab_size: int) -> float:
+    """ShareGPT lengths in this tokenizer per Llama-3 token (approximate: by vocabulary size)."""
+    return SMALL_VOCAB_SCALE if 0 < vocab_size <= SMALL_VOCAB else 1.0
+
+
+def sample_pairs(n: int, seed: int, output_len: Optional[int] = None, scale: float = 1.0) -> list[tuple[int, int]]:
     """``n`` (prompt, output) token lengths, deterministic in ``seed``: a histogram cell by its
-    weight, then uniform lengths inside it (redrawn until prompt + output passes the 2,048 cap)."""
+    weight, then uniform lengths inside it (redrawn until prompt + output passes the 2,048 cap).
+    ``scale``: this tokenizer's tokens per Llama-3 token (:func:`tokenizer_scale`), applied to the
+    draws and kept within bench's bounds."""
     cells, cum = _cells(output_len)
     rng = random.Random(f"sharegpt:{seed}")
     out = []
@@ -74,6 +89,12 @@ def sample_pairs(n: int, seed: int, output_len: Optional[int] = None) -> list[tu
         c = cells[bisect.bisect_right(cum, rng.random() * total)]
         p = rng.randint(c[0], c[1])
         o = rng.randint(c[2], c[3])
+        if scale != 1.0:
+            # the published post-filter means scale by the tokenizers' ratio: so do the draws,
+            # kept within bench's bounds
+            p = min(round(p * scale), MAX_PROMPT)
+            if output_len is None:
+                o = min(round(o * scale), MAX_TOTAL - p)
         if p + o <= MAX_TOTAL:
             out.append((p, o))
     return out

@@ -134,12 +134,14 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
     every request up to the user message, so they hit the prefix cache too)."""
     import dataclasses
 
+    import functools
+
     from .bench_traffic import sample_bench
-    from .sharegpt import sample_pairs
+    from .sharegpt import sample_pairs, tokenizer_scale
 
     t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
     smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
-                       sharegpt_pairs=sample_pairs)
+                       sharegpt_pairs=functools.partial(sample_pairs, scale=tokenizer_scale(vocab_size)))
     chat = "chat" in str(getattr(t, "endpoint", ""))
     added = chat_template_tokens if chat else num_special
     # the template's text before the user message (all but its ~5 closing tokens) is every prompt's
