@@ -41,6 +41,7 @@ from typing import NamedTuple, Optional, Sequence
 
 from ..errors import UsageError
 from ..limits import active as active_limits
+from .engine_clients import ClientSide
 from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, DecodeBookkeeping, Req
 from .kvmanager import make_kv_manager
 from .recorder import StepRecorder
@@ -64,7 +65,7 @@ class SchedulerOutput(NamedTuple):
     features: StepFeatures
 
 
-class Engine(DecodeBookkeeping):
+class Engine(DecodeBookkeeping, ClientSide):
     """One simulation. ``run()`` fills the per-request fields and the step aggregates."""
 
     def __init__(self, *, requests: Sequence, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
@@ -334,180 +335,6 @@ class Engine(DecodeBookkeeping):
                 self._sample(self.next_sample)
                 self.next_sample += self.interval
         self._nxt = nxt
-
-    def _next_arrival(self, nxt: int, limit: int, sends: bool = True) -> float:
-        """The next time a request can reach the engine: the next one handed on by the front end,
-        else (``sends``) the next client send, which first enters the front end's queue."""
-        reqs = self.reqs
-        if self.fe is None:
-            return reqs[nxt].handoff if nxt < limit else _INF
-        best = reqs[nxt].handoff if nxt < limit else _INF
-        c = self._committed
-        if (sends or self.slots is not None) and c < len(reqs) and reqs[c].arrival < best:
-            best = reqs[c].arrival
-        nxt_api = self.fe.next_start()  # the API server's loop may hand a request on then
-        return nxt_api if nxt_api < best else best
-
-    def _commit_sends(self, until: float) -> None:
-        """Clients' sends up to ``until``, in order, into the front end's queue (a closed loop's
-        client sends when a slot is free: ``_gate``); each gets its hand-off time."""
-        reqs, n, fe, slots = self.reqs, len(self.reqs), self.fe, self.slots
-        c = self._committed
-        if c >= n or (slots is None and reqs[c].arrival > until):
-            return
-        while c < n:
-            if slots is not None:
-                self._gate(c)
-            r = reqs[c]
-            if r.arrival > until:
-                break
-            if slots is not None:
-                heapq.heappop(slots)
-                self._in_flight += 1
-                if self._in_flight > self.peak_in_flight:
-                    self.peak_in_flight = self._in_flight
-            # None: the API server's queue decides (on_handoff)
-            handoff = fe.send(r, r.arrival, reqs[c + 1].arrival if c + 1 < n and slots is None else _INF)
-            r.handoff = _INF if handoff is None else handoff
-            c += 1
-        self._committed = c
-
-    def _on_handoff(self, r: Req, t: float) -> None:
-        r.handoff = t
-        self._handoff_seen = True
-
-    def _on_first_delivered(self, r: Req, t: float) -> None:
-        r.d_first = t
-
-    def _on_last_delivered(self, r: Req, t: float) -> None:
-        r.d_end = t
-        if self.slots is not None:  # the client has the whole response: its slot is free
-            heapq.heappush(self.slots, t + self._ovh)
-            self._in_flight -= 1
-
-    # -- the closed loop ----------------------------------------------------------------------
-    def _gate(self, nxt: int) -> None:
-        """Request ``nxt`` is sent when it is due and a client slot is free: its arrival becomes
-        that time (what the client measures TTFT and E2E from); with no free slot yet, never
-        (until a request in flight finishes and calls this again)."""
-        if nxt >= len(self.reqs):
-            return
-        r = self.reqs[nxt]
-        slots = self.slots
-        if slots:
-            due = self._due[nxt]
-            r.arrival = r.handoff = due if due >= slots[0] else slots[0]
-        else:
-            r.arrival = r.handoff = _INF
-
-    def _client_done(self, t: float) -> None:
-        if self.slots is not None:
-            heapq.heappush(self.slots, t)
-            self._in_flight -= 1
-
-    def _next_finish(self) -> float:
-        fh, fa = self.finish_heap, self.finish_at
-        while fh and not fa.get(fh[0]):
-            k = heapq.heappop(fh)
-            fa.pop(k, None)
-        return fh[0] if fh else _INF
-
-    def _decode_stretch(self, next_arrival: float) -> int:
-        """Steps where every running request decodes and nothing arrives, finishes or waits: the
-        schedule is known (one token each, blocks for the boundary crossers), so run them without
-        the scheduler - only the step time (the KV read grows by one token per request per step),
-        the block count and the ITL record."""
-        G, n, block_size, pool = self.G, self.n_dec, self.block_size, self.pool
-        stop = self._next_finish()
-        if stop - G < 2:
-            return 0
-        prof_time, buckets, itl = self.profile.time, self.buckets, self.itl_w
-        fe = self.fe
-        # FrontEnd.outputs' common case inline (one API server, nothing queued): the batch's place
-        fe_one = fe.servers[0] if fe is not None and fe.count == 1 else None
-        chunk_cost = fe.chunk_s * n if fe is not None else 0.0
-        # an open loop's next client send: it enters the front end when the stretch passes it
-        reqs = self.reqs
-        next_send = (reqs[self._committed].arrival if fe is not None and self.slots is None
-                     and self._committed < len(reqs) else _INF)
-        kv = n * (G + 1) + self.sum_off
-        t = self.t
-        last_start, last_end = self._last_start, self._last_end
-        async_sched, usable = self.async_sched, pool.usable
-        max_steps = self.max_steps
-        steps = 0
-        free = pool.free
-        owed = 0  # blocks taken by the stretch, handed to the pool in one go
-        while G < stop:
-            vis = last_start if (async_sched and last_end == t) else t
-            if next_arrival <= vis:
-                break
-            b = len(buckets[(-G) % block_size])
-            if b > free - owed:
-                break
-            if max_steps is not None and self.steps + steps >= max_steps:
-                break
-            owed += b
-            dt = prof_time(n, n, kv, 0.0)
-            if not steps:
-                first_dt, first_kv = dt, kv
-            itl.append((dt, n))
-            last_start, last_end = t, t + dt
-            t += dt
-            kv += n
-            G += 1
-            steps += 1
-            self.busy_s += dt
-            self.step_tokens_acc += n
-            if t >= self.next_sample:
-                pool.take(owed)
-                free -= owed
-                owed = 0
-                self.G, self.t = G, t
-                while t >= self.next_sample:
-                    self._sample(self.next_sample)
-                    self.next_sample += self.interval
-            if fe is not None:  # the API server's loop runs to the step's end, then takes its outputs
-                if next_send <= t:  # sends during this step queue ahead of its output batch
-                    first_new = self._committed
-                    self._commit_sends(t)
-                    next_send = reqs[self._committed].arrival if self._committed < len(reqs) else _INF
-                    fe.advance(t)
-                    fe.outputs(t, n, (), ())
-                    if self._handoff_seen:
-                        break
-                    # the requests just sent reach the engine at their hand-off (or when the API
-                    # server's queue runs next): the stretch stops before it
-                    upcoming = min(fe.next_start(), reqs[first_new].handoff)
-                    if upcoming < next_arrival:
-                        next_arrival = upcoming
-                    continue
-                if fe_one is not None and not fe.waiting:
-                    if fe_one.tail_start <= t:
-                        start = t if t > fe_one.busy else fe_one.busy
-                        fe_one.tail_start = start
-                        fe_one.tail_end = fe_one.busy = start + chunk_cost
-                    continue
-                if fe.waiting:
-                    fe.advance(t)
-                fe.outputs(t, n, (), ())
-                if self._handoff_seen:  # it handed a request on: the scheduler takes it in
-                    break
-        pool.take(owed)
-        if steps:
-            # the stretch's steps differ only by their KV read: sampled as its first step, weighted
-            countdown = self._record_countdown - 1
-            if countdown:
-                self._record_countdown = countdown
-            else:
-                self._record_countdown = self.recorder.add(first_dt, n, n, first_kv, 0.0, 0, 0, 0, steps)
-            u = 1.0 - pool.free / usable if usable else 0.0
-            if u > self.kv_peak:
-                self.kv_peak = u
-            self.G, self.t = G, t
-            self.steps += steps
-            self._last_start, self._last_end = last_start, last_end
-        return steps
 
     def _sample(self, t: float) -> None:
         if len(self.timeline) >= self.max_samples:

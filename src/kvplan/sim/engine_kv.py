@@ -1,12 +1,16 @@
 """Per-request state for the step loop (:mod:`kvplan.sim.engine`): the request record, preemption
-(``Scheduler._preempt_request``, 0.32) and the lazy state of decoding requests (computed tokens =
-``G + off``). The KV blocks are the KV manager's (:mod:`kvplan.sim.kvmanager`)."""
+(``Scheduler._preempt_request``, 0.32), the lazy state of decoding requests (computed tokens =
+``G + off``) and their fast path, the decode stretch (steps run without the scheduler). The KV
+blocks are the KV manager's (:mod:`kvplan.sim.kvmanager`)."""
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Optional
 
 from .kvpool import Chain
+
+_INF = math.inf
 
 WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
 
@@ -135,3 +139,107 @@ class DecodeBookkeeping:
         self._push_finish(r)
         self.n_dec += 1
         self.sum_off += r.off
+
+    def _next_finish(self) -> float:
+        fh, fa = self.finish_heap, self.finish_at
+        while fh and not fa.get(fh[0]):
+            k = heapq.heappop(fh)
+            fa.pop(k, None)
+        return fh[0] if fh else _INF
+
+    def _decode_stretch(self, next_arrival: float) -> int:
+        """Steps where every running request decodes and nothing arrives, finishes or waits: the
+        schedule is known (one token each, blocks for the boundary crossers), so run them without
+        the scheduler - only the step time (the KV read grows by one token per request per step),
+        the block count and the ITL record."""
+        G, n, block_size, pool = self.G, self.n_dec, self.block_size, self.pool
+        stop = self._next_finish()
+        if stop - G < 2:
+            return 0
+        prof_time, buckets, itl = self.profile.time, self.buckets, self.itl_w
+        fe = self.fe
+        # FrontEnd.outputs' common case inline (one API server, nothing queued): the batch's place
+        fe_one = fe.servers[0] if fe is not None and fe.count == 1 else None
+        chunk_cost = fe.chunk_s * n if fe is not None else 0.0
+        # an open loop's next client send: it enters the front end when the stretch passes it
+        reqs = self.reqs
+        next_send = (reqs[self._committed].arrival if fe is not None and self.slots is None
+                     and self._committed < len(reqs) else _INF)
+        kv = n * (G + 1) + self.sum_off
+        t = self.t
+        last_start, last_end = self._last_start, self._last_end
+        async_sched, usable = self.async_sched, pool.usable
+        max_steps = self.max_steps
+        steps = 0
+        free = pool.free
+        owed = 0  # blocks taken by the stretch, handed to the pool in one go
+        while G < stop:
+            vis = last_start if (async_sched and last_end == t) else t
+            if next_arrival <= vis:
+                break
+            b = len(buckets[(-G) % block_size])
+            if b > free - owed:
+                break
+            if max_steps is not None and self.steps + steps >= max_steps:
+                break
+            owed += b
+            dt = prof_time(n, n, kv, 0.0)
+            if not steps:
+                first_dt, first_kv = dt, kv
+            itl.append((dt, n))
+            last_start, last_end = t, t + dt
+            t += dt
+            kv += n
+            G += 1
+            steps += 1
+            self.busy_s += dt
+            self.step_tokens_acc += n
+            if t >= self.next_sample:
+                pool.take(owed)
+                free -= owed
+                owed = 0
+                self.G, self.t = G, t
+                while t >= self.next_sample:
+                    self._sample(self.next_sample)
+                    self.next_sample += self.interval
+            if fe is not None:  # the API server's loop runs to the step's end, then takes its outputs
+                if next_send <= t:  # sends during this step queue ahead of its output batch
+                    first_new = self._committed
+                    self._commit_sends(t)
+                    next_send = reqs[self._committed].arrival if self._committed < len(reqs) else _INF
+                    fe.advance(t)
+                    fe.outputs(t, n, (), ())
+                    if self._handoff_seen:
+                        break
+                    # the requests just sent reach the engine at their hand-off (or when the API
+                    # server's queue runs next): the stretch stops before it
+                    upcoming = min(fe.next_start(), reqs[first_new].handoff)
+                    if upcoming < next_arrival:
+                        next_arrival = upcoming
+                    continue
+                if fe_one is not None and not fe.waiting:
+                    if fe_one.tail_start <= t:
+                        start = t if t > fe_one.busy else fe_one.busy
+                        fe_one.tail_start = start
+                        fe_one.tail_end = fe_one.busy = start + chunk_cost
+                    continue
+                if fe.waiting:
+                    fe.advance(t)
+                fe.outputs(t, n, (), ())
+                if self._handoff_seen:  # it handed a request on: the scheduler takes it in
+                    break
+        pool.take(owed)
+        if steps:
+            # the stretch's steps differ only by their KV read: sampled as its first step, weighted
+            countdown = self._record_countdown - 1
+            if countdown:
+                self._record_countdown = countdown
+            else:
+                self._record_countdown = self.recorder.add(first_dt, n, n, first_kv, 0.0, 0, 0, 0, steps)
+            u = 1.0 - pool.free / usable if usable else 0.0
+            if u > self.kv_peak:
+                self.kv_peak = u
+            self.G, self.t = G, t
+            self.steps += steps
+            self._last_start, self._last_end = last_start, last_end
+        return steps
