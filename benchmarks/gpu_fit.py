@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import gpu_fidelity as gf  # noqa: E402
 
 PARAMS = ("api_cpu_speed", "api_chat_jinja_s", "request_s", "cpu_step_s", "cpu_seq_s", "compute_sustain",
-          "marlin_fp8_compute_share", "marlin_int4_compute_share", "net_bandwidth_gbs")
+          "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90", "net_bandwidth_gbs")
 #: Where every fit starts (the full fit and each leave-one-source-out fold alike), and why: the
 #: constants before any fit to the development set.
 PRIORS = {
@@ -36,6 +36,7 @@ PRIORS = {
     "api_cpu_speed": 1.0,  # a GPU host's core as fast as the test host's
     "api_chat_jinja_s": 6.6e-5,  # the tiny test model's template, measured (benchmarks/frontend_cost.py)
     "marlin_fp8_compute_share": 0.8, "marlin_int4_compute_share": 0.9,
+    "marlin_mma_sync_share_sm90": 2.0 / 3.0,  # mma.sync on Hopper (FlashAttention-3, sec. 2.2)
 }
 
 
@@ -46,7 +47,7 @@ def prior_overheads():
     return dataclasses.replace(DEFAULT_OVERHEADS, **PRIORS)
 WEIGHTS = {"output_throughput": 1.0, "ttft": 0.5, "tpot": 1.0}
 #: shares that cannot exceed 1 (a coordinate step that would is clipped)
-CAPPED = ("compute_sustain", "marlin_fp8_compute_share", "marlin_int4_compute_share")
+CAPPED = ("compute_sustain", "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90")
 
 
 def objective(prepared: list[dict], ov) -> tuple[float, dict]:

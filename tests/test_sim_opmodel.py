@@ -147,3 +147,18 @@ def test_h100_times_gpt_oss_experts_with_its_own_mxfp4_measurement_and_says_whic
     _, p = _model("openai/gpt-oss-20b", "H100")
     assert any("measured with vLLM 0.24.0's kernel" in n for n in p.notes)
     assert not any("H200-141GB's measured fused-MoE speed" in n for n in p.notes)
+
+
+def test_gpt_oss_experts_on_h100_run_marlin_before_vllm_0_12():
+    """A pip-installed vLLM before 0.12 has no triton_kernels (the 0.11.0 wheel lacks
+    vllm/third_party/triton_kernels, 0.12.0's has it), so get_mxfp4_backend falls back to Marlin on
+    SM 9.0: a long prefill is slower there than with 0.12's Triton kernel; decode stays close."""
+    from kvplan.sim.stepmodel import StepFeatures
+
+    _, old = _model("openai/gpt-oss-20b", "H100", vllm_version="0.11.0")
+    _, new = _model("openai/gpt-oss-20b", "H100", vllm_version="0.12.0")
+    assert any("Marlin" in n and "triton_kernels" in n for n in old.notes)
+    assert not any("as Marlin W4A16" in n for n in new.notes)
+    prefill = StepFeatures(tokens=8192, num_seqs=2, kv_read_tokens=8192, max_context=4096, prefill_seqs=2,
+                           prefill_tokens=8192)
+    assert old.step_time(prefill) > 1.3 * new.step_time(prefill)

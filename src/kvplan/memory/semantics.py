@@ -737,6 +737,16 @@ class VllmSemantics:
         return max(1, data_parallel_size) if self.version >= (0, 15) else 1
 
     @property
+    def mxfp4_moe_triton_bundled(self) -> bool:
+        """0.12.0+ wheels carry ``triton_kernels`` (``vllm/third_party/triton_kernels``), so MXFP4
+        experts on SM 9.0/10.0 run its ``matmul_ogs`` (the TRITON backend) without FlashInfer; the
+        0.10.1.1-0.11.0 wheels do not carry it and ``get_mxfp4_backend`` (``_should_use_marlin`` in
+        0.10.1.1) falls back to MARLIN on a plain ``pip install vllm`` (read in the 0.10.1.1, 0.11.0
+        and 0.12.0 wheels: FlashInfer is an extra, and its SM 9.0 path needs
+        ``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16``)."""
+        return self.version >= (0, 12)
+
+    @property
     def reserve_full_prompt_at_admission(self) -> bool:
         """0.19.0+ admit a waiting request only if its whole prompt fits the free blocks
         (``scheduler_reserve_full_isl``, default on, ``can_fit_full_sequence`` before

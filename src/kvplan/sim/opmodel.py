@@ -86,6 +86,10 @@ class Overheads:
     #: issue slots dequantizing. No kernel table measures Marlin on Ampere.
     marlin_fp8_compute_share: float = 0.8
     marlin_int4_compute_share: float = 0.9
+    #: Marlin on Hopper (MXFP4 experts before vLLM 0.12 ships triton_kernels) issues Ampere's
+    #: mma.sync, which reaches about 2/3 of the Hopper tensor cores' (wgmma) peak that the kernel
+    #: tables measure (FlashAttention-3, Shah et al. 2024, sec. 2.2): the prior (fitted).
+    marlin_mma_sync_share_sm90: float = 2.0 / 3.0
     #: Share of the kernel tables' compute rate (GEMM and attention FLOPs) a GPU sustains while
     #: serving: the tables time each kernel alone at full clocks; under sustained load the SMs
     #: throttle to the power limit. Memory-bound times are not scaled.
@@ -173,6 +177,13 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     if marlin and quant is not None:
         notes.append(f"{quant.method} weights run as Marlin weight-only GEMMs on {gpu.name} (SM {gpu.sm} has no "
                      "FP8/FP4 tensor cores): 16-bit tensor cores, the weights dequantized in the kernel")
+    elif (quant is not None and quant.method == "mxfp4" and cfg.device == "cuda" and (gpu.sm or 0) >= 90
+          and not cfg.semantics.mxfp4_moe_triton_bundled):
+        # a pip-installed vLLM before 0.12 has no triton_kernels: MXFP4 experts fall back to Marlin
+        marlin = {"mxfp4": (0.5 + 1.0 / 32, ov.marlin_int4_compute_share * ov.marlin_mma_sync_share_sm90)}
+        notes.append(f"MXFP4 experts as Marlin W4A16 on {gpu.name}: vLLM {cfg.semantics.label} ships no "
+                     "triton_kernels (from 0.12 it does), so a pip install falls back to Marlin (mma.sync at "
+                     f"{ov.marlin_mma_sync_share_sm90:.2f} of the tensor cores' peak); a FlashInfer build is faster")
 
     def gemm_t(m: float, n: float, k: float, kind: str) -> float:
         if kind in marlin:
@@ -312,7 +323,7 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         return direct_cache[key]
 
     def moe_t(m: int, e: int, k: int, inter: float, kind: str, up: int = 2) -> float:
-        dm = direct_for(e, k, inter, kind) if up == 2 else None
+        dm = direct_for(e, k, inter, kind) if up == 2 and kind not in marlin else None
         if dm is not None:
             curve, other, width = dm
             t = curve(m)

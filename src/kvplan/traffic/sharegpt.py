@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import random
 from functools import lru_cache
 from pathlib import Path
@@ -65,15 +66,42 @@ def _cells(output_len: Optional[int]) -> tuple[list, list]:
 
 #: Tokens per Llama-3 token on ShareGPT text for tokenizers of at most 64k entries (Llama-2 and
 #: Mistral v0.1 style SentencePiece): the two published runs the length model is fitted to give
-#: 270.64 prompt tokens with Llama-2's tokenizer and 229.71 with Llama-3.1's. Larger vocabularies
-#: (Llama-3, Qwen2/3, GLM-4, gpt-oss's o200k) are taken at Llama-3's lengths.
+#: 270.64 prompt tokens with Llama-2's tokenizer and 229.71 with Llama-3.1's (128k entries).
 SMALL_VOCAB_SCALE = 270.64 / 229.71
 SMALL_VOCAB = 64_000
+#: ... and for vocabularies of 140k entries or more (Qwen2/3 and GLM-4's 151k, gpt-oss's o200k):
+#: the GPUStack runs of the dev set (1,000 ShareGPT prompts, seed 0) counted 217.4 (Qwen3),
+#: 214.5 (GLM-4.5-Air) and 215.3 (gpt-oss-20b) prompt tokens per request, 0.939x Llama-3's 229.71
+#: on average (token counts of the data set, not timings).
+LARGE_VOCAB_SCALE = 215.7 / 229.71
+LARGE_VOCAB = 140_000
 
 
 def tokenizer_scale(vocab_size: int) -> float:
     """ShareGPT lengths in this tokenizer per Llama-3 token (approximate: by vocabulary size)."""
-    return SMALL_VOCAB_SCALE if 0 < vocab_size <= SMALL_VOCAB else 1.0
+    if 0 < vocab_size <= SMALL_VOCAB:
+        return SMALL_VOCAB_SCALE
+    return LARGE_VOCAB_SCALE if vocab_size >= LARGE_VOCAB else 1.0
+
+
+#: A chat model answering a ShareGPT prompt ends its reply (EOS) before the reference reply's
+#: length (bench's max_tokens) on this share of requests, at a uniform point of it, unless
+#: ``--ignore-eos``: the reply gets 1 - share/2 of the reference tokens on average. From the dev
+#: set's token counts (GPUStack, chat endpoint): Qwen3-14B/32B 0.89, GLM-4.5-Air 0.90,
+#: gpt-oss-20b 0.87, Qwen3-8B (100 prompts) 0.91 of the reference length.
+EARLY_STOP_SHARE = 0.22
+
+
+def early_stops(outputs: list[int], seed: int, share: float = EARLY_STOP_SHARE) -> list[int]:
+    """The tokens each reply gets when the model may stop before bench's ``max_tokens`` (the
+    reference reply's length), deterministic in ``seed``."""
+    rng = random.Random(f"sharegpt-eos:{seed}")
+    out = []
+    for o in outputs:
+        stop = rng.random() < share
+        at = rng.random()
+        out.append(max(1, math.ceil(o * at)) if stop else o)
+    return out
 
 
 def sample_pairs(n: int, seed: int, output_len: Optional[int] = None, scale: float = 1.0) -> list[tuple[int, int]]:

@@ -137,11 +137,14 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
     import functools
 
     from .bench_traffic import sample_bench
-    from .sharegpt import sample_pairs, tokenizer_scale
+    from .sharegpt import early_stops, sample_pairs, tokenizer_scale
 
     t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
     smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
                        sharegpt_pairs=functools.partial(sample_pairs, scale=tokenizer_scale(vocab_size)))
+    if t.dataset_name == "sharegpt" and not t.ignore_eos and t.sharegpt_output_len is None:
+        # the model answers and may end (EOS) before the reference reply's length
+        smp = dataclasses.replace(smp, output_lens=tuple(early_stops(list(smp.output_lens), t.seed)))
     chat = "chat" in str(getattr(t, "endpoint", ""))
     added = chat_template_tokens if chat else num_special
     # the template's text before the user message (all but its ~5 closing tokens) is every prompt's
@@ -180,6 +183,13 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
                      (1.0 if version < (0, 9) else 0.0), random_prefix_len=t.random_prefix_len)
     elif t.sharegpt_output_len is not None:
         bench["sharegpt_output_len"] = t.sharegpt_output_len
+    if t.dataset_name == "sharegpt" and not t.ignore_eos and t.sharegpt_output_len is None:
+        from .sharegpt import EARLY_STOP_SHARE
+
+        bench["early_stop_share"] = EARLY_STOP_SHARE
+        notes = tuple(notes) + (f"ShareGPT replies: the model ends {EARLY_STOP_SHARE:.0%} of them (EOS) before "
+                                "bench's max_tokens (the reference reply's length), at a uniform point of it; "
+                                "--ignore-eos runs them to max_tokens",)
     return Trace(tuple(reqs), t.describe(), max_concurrency=t.max_concurrency, warm_prefixes=warm, bench=bench,
                  notes=tuple(notes) + tuple(t.notes))
 
