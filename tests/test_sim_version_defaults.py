@@ -77,3 +77,22 @@ def test_expert_parallel_gives_each_rank_whole_experts_and_keeps_the_all_reduce(
     assert any(t["name"] == "all-reduce" for t in ep["profile"]["terms"])
     res = RUNNER.invoke(app, base + ["--from-serve-cmd", "vllm serve zai-org/GLM-4.5-Air -tp 4 --enable-expert-parallel"])
     assert json.loads(res.output)["profile"]["terms"] == ep["profile"]["terms"]
+
+
+@pytest.mark.parametrize("version, extra, expected", [
+    # entrypoints/cli/serve.py: 0.14.0 keeps --api-server-count at 1 unless given ...
+    ("0.14", ("-dp", "2"), 1),
+    # ... 0.15.1 sets it to the DP size when None (vLLM's internal load balancer)
+    ("0.15.1", ("-dp", "2"), 2), ("0.33", (), 1),
+    ("0.11", ("--api-server-count", "3"), 3),
+])
+def test_api_server_count_follows_the_version_default_and_the_flag(version, extra, expected):
+    res = RUNNER.invoke(app, SIM + ["--vllm-version", version, *extra])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["config"]["api_server_count"] == expected
+
+
+def test_mxfp4_experts_find_triton_kernels_in_the_wheel_from_0_12():
+    """vllm/third_party/triton_kernels is in the 0.12.0 wheel, not in 0.10.1.1 or 0.11.0."""
+    assert semantics("0.12").mxfp4_moe_triton_bundled and semantics("0.33").mxfp4_moe_triton_bundled
+    assert not semantics("0.11").mxfp4_moe_triton_bundled and not semantics("0.10.1.1").mxfp4_moe_triton_bundled

@@ -157,7 +157,8 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         "num_gpu_blocks": kv.num_gpu_blocks, "gpu_memory_utilization": f.gpu_memory_utilization,
         "kv_cache_dtype": f.kv_cache_dtype, "dtype": f.dtype, "enable_prefix_caching": enable_prefix_caching,
         "long_prefill_token_threshold": long_prefill_token_threshold, "watermark": watermark,
-        "async_scheduling": async_scheduling, "kv_groups": [list(g) for g in groups],
+        "async_scheduling": async_scheduling, "api_server_count": engine_cfg.api_server_count,
+        "kv_groups": [list(g) for g in groups],
         "serve_command": plan_result.serve_command,
         "load_balancer": fleet["load_balancer"]["name"] if fleet else None,
     }
