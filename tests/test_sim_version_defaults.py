@@ -96,3 +96,27 @@ def test_mxfp4_experts_find_triton_kernels_in_the_wheel_from_0_12():
     """vllm/third_party/triton_kernels is in the 0.12.0 wheel, not in 0.10.1.1 or 0.11.0."""
     assert semantics("0.12").mxfp4_moe_triton_bundled and semantics("0.33").mxfp4_moe_triton_bundled
     assert not semantics("0.11").mxfp4_moe_triton_bundled and not semantics("0.10.1.1").mxfp4_moe_triton_bundled
+
+
+def test_the_chat_template_is_parsed_per_request_in_0_11_only():
+    """resolve_chat_template_kwargs parses the template on every chat request in the 0.11.0 wheel;
+    0.10.2 has no such step, 0.12.0 caches it: the API server's time per chat request grows by it."""
+    from kvplan.hardware import find_gpu
+    from kvplan.memory import PlanRequest, plan
+    from kvplan.models import load_model
+    from kvplan.sim import default_profile
+
+    assert semantics("0.11").chat_template_parsed_per_request
+    assert not semantics("0.10.2").chat_template_parsed_per_request and not semantics("0.12").chat_template_parsed_per_request
+
+    def render(version, model="Qwen/Qwen3-8B"):
+        req = PlanRequest(model=load_model(model), gpu=find_gpu("H100"), max_model_len=4096, vllm_version=version)
+        prof = default_profile(req, plan(req, what_ifs=False))
+        return prof.chat_render_s(req.model)
+
+    from kvplan.sim.opmodel import CHAT_TEMPLATE_CHARS, DEFAULT_OVERHEADS
+
+    parse = (DEFAULT_OVERHEADS.api_chat_parse_s_per_char * CHAT_TEMPLATE_CHARS / DEFAULT_OVERHEADS.api_cpu_speed)
+    assert render("0.11.0") - render("0.12.0") == pytest.approx(parse) and parse > 1e-3
+    assert render("0.12.0") == render("0.10.2")
+    assert render("0.11.0", "openai/gpt-oss-20b") == render("0.12.0", "openai/gpt-oss-20b")  # harmony, no Jinja

@@ -737,6 +737,14 @@ class VllmSemantics:
         return max(1, data_parallel_size) if self.version >= (0, 15) else 1
 
     @property
+    def chat_template_parsed_per_request(self) -> bool:
+        """0.11.x parses the whole chat template again for every chat request
+        (``resolve_chat_template_kwargs``: a new Jinja sandbox, ``env.parse``,
+        ``find_undeclared_variables``; read in the 0.11.0 wheel's ``entrypoints/chat_utils.py``);
+        0.10.2 has no such step and 0.12.0 caches it (``_cached_resolve_chat_template_kwargs``)."""
+        return (0, 11) <= self.version < (0, 12)
+
+    @property
     def mxfp4_moe_triton_bundled(self) -> bool:
         """0.12.0+ wheels carry ``triton_kernels`` (``vllm/third_party/triton_kernels``), so MXFP4
         experts on SM 9.0/10.0 run its ``matmul_ogs`` (the TRITON backend) without FlashInfer; the

@@ -66,6 +66,11 @@ class Overheads:
     #: openai_harmony's native renderer (gpt-oss: serving_chat's use_harmony) ...
     api_chat_jinja_s: float = 6.6e-5
     api_chat_harmony_s: float = 0.0
+    #: ... plus, in vLLM 0.11 (VllmSemantics.chat_template_parsed_per_request), parsing the whole
+    #: Jinja template again per request: CPU seconds per template character, measured
+    #: (benchmarks/chat_template_cost.py, benchmarks/data/chat_template_parse_cpu.json), times
+    #: CHAT_TEMPLATE_CHARS ...
+    api_chat_parse_s_per_char: float = 3.22e-6
     #: ... and per stream per engine step that gave it a token: detokenize (output_processor) and
     #: frame one SSE chunk (the stream generator).
     api_chunk_s: float = 7.81e-5
@@ -100,6 +105,9 @@ class Overheads:
 
 
 DEFAULT_OVERHEADS = Overheads()
+#: A tool-capable chat template's length in characters (Qwen2.5/3, GLM-4.5 and Llama-3.1's are
+#: 2.5-5k): one typical size for every Jinja template; the model's own is not read.
+CHAT_TEMPLATE_CHARS = 4000
 
 
 def _weight_kind(t, quant) -> str:
@@ -423,6 +431,11 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
                      "slower (many heads share one latent: compute-bound at long context)"
                      + (f"; DeepSeek-V3.2 sparse attention over the indexer's top {sparse_topk} tokens per "
                         "sequence, the indexer's keys over the whole context" if sparse_bytes else ""))
+    if cfg.semantics.chat_template_parsed_per_request and spec.model_type != "gpt_oss":
+        notes.append(f"on the chat endpoint vLLM {cfg.semantics.label} parses the whole chat template again for every "
+                     f"request (resolve_chat_template_kwargs; cached from 0.12): "
+                     f"{ov.api_chat_parse_s_per_char * CHAT_TEMPLATE_CHARS / ov.api_cpu_speed * 1e3:.1f} ms of the "
+                     f"API server's time per request for a {CHAT_TEMPLATE_CHARS:,}-character template")
     version = table.get("vllm_version", "?")
     tables_desc = f"{table_name} (AIConfigurator, vLLM {version} kernels)"
     if not exact:
@@ -440,7 +453,9 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         terms=tuple(terms), async_overlap=cfg.async_scheduling, cuda_graphs=not eager,
         request_overhead_s=ov.request_s, api_request_s=ov.api_request_s / ov.api_cpu_speed,
         api_prompt_token_s=ov.api_prompt_token_s / ov.api_cpu_speed, api_chunk_s=ov.api_chunk_s / ov.api_cpu_speed,
-        api_chat_render_s={"jinja": ov.api_chat_jinja_s / ov.api_cpu_speed,
+        api_chat_render_s={"jinja": (ov.api_chat_jinja_s + (ov.api_chat_parse_s_per_char * CHAT_TEMPLATE_CHARS
+                                                            if cfg.semantics.chat_template_parsed_per_request else 0.0))
+                           / ov.api_cpu_speed,
                            "harmony": ov.api_chat_harmony_s / ov.api_cpu_speed},
         source=f"kernel model for {gpu.name} TP{tp}" + (f" PP{pp}" if pp > 1 else "") + f": {tables_desc}",
         device=gpu.name, clock=clock, notes=tuple(notes))
