@@ -301,7 +301,7 @@ class TraceMaker:
                 tr = cycle_trace(_LOG_CACHE[key], length, r, arrival=self.arrival, seed=self.seed)
         else:
             if length is None and self.count is None and r is not None and self.duration_s is not None:
-                active_limits().requests(r * self.duration_s, f"--rate {r:g} x --duration {self.duration_s:g} s")
+                active_limits().requests(r * self.duration_s, f"--rate {r:g} x --duration {self.duration_s:g}s")
             tr = synthetic_trace(r, num_requests=self.count if length is None else length,
                                  duration_s=self.duration_s if length is None else None, input_len=self.input_len,
                                  output_len=self.output_len, arrival=self.arrival, seed=self.seed)
