@@ -1,5 +1,5 @@
 """``kvplan ui``: the planner as a local web page (kvplan.ui; aiohttp is imported only here, so
-``kvplan plan`` starts as fast as before)."""
+``kvplan plan`` does not pay for it)."""
 from __future__ import annotations
 
 import typer

@@ -52,11 +52,10 @@ MIB = 1 << 20
 # their snapshot), NON_TORCH_BASE and NON_TORCH_COMM were fitted to the development set's 0.10.1.1
 # A100 logs only (tests/fixtures/vllm_logs/25-30, from dev_cases.json's server logs): the 1-GPU
 # logs 25/26 give the base, the 2-GPU same-node logs 27/28 the communication charge (0.10 GiB in
-# all, none of it lazy). The base was 0.05 GiB until the caching allocator's rounding of the
-# weights was counted (kvplan.memory.allocator: 0.056 GiB for their Qwen2-7B, which their
-# "Model loading took 14.2488 GiB" now matches); refitted to the same two logs it is 0 (their
-# errors +0.01 / -0.02 GiB, as before). The benchmark reports the logs these were not fitted to
-# separately.
+# all, none of it lazy). The caching allocator's rounding of the weights is counted on its own
+# (kvplan.memory.allocator: 0.056 GiB for their Qwen2-7B, which matches their "Model loading
+# took 14.2488 GiB"), so the base fits to 0 on those two logs (errors +0.01 / -0.02 GiB). The
+# benchmark reports the logs these were not fitted to separately.
 CUDA_CONTEXT_BYTES = int(0.45 * GIB)  # CUDA context + cuBLAS handles before vLLM's snapshot
 NCCL_INIT_BYTES = int(0.10 * GIB)  # communicator set-up before the snapshot when world > 1
 NON_TORCH_BASE_BYTES = 0  # non-torch memory found after profiling on one GPU (0.10.1.1 dev logs: none)

@@ -36,10 +36,8 @@ MODEL_FORM = "per-operator sum over layers (measured kernel tables) + fitted ove
 class Overheads:
     """The constants the kernel tables do not measure. Each was fitted by ``benchmarks/gpu_fit.py``
     (coordinate search, 2 rounds, step 1.3) to the fit half of the development set
-    (/work/shared/perf/dev_cases.json, gpu_fidelity.FIT_SERIES: 44 cases) and to nothing else;
-    docs/sim.md lists the fit and its error. Last refit in session 7, after the clock had changed
-    under the earlier fit: seq_s, cpu_step_s, cpu_seq_s, request_s, api_request_s and
-    net_bandwidth_gbs moved; the others kept their values."""
+    (dev_cases.json, gpu_fidelity.FIT_SERIES: 44 cases) and to nothing else; docs/sim.md lists
+    the fit and its error."""
 
     #: GPU time per step outside the layers: sampler, logits processing, graph launch, H2D copies.
     step_s: float = 0.0006
@@ -54,8 +52,8 @@ class Overheads:
     #: ... and per scheduled sequence.
     cpu_seq_s: float = 2.6e-5
     #: API server latency per request seen by the client on an idle server (HTTP, detokenisation,
-    #: streaming): added to TTFT and E2E. First set from the fit half's single-request runs
-    #: (dennislee t2-01, t4-01, t6-01, t8-01: 14.5 ms), refitted with the rest to 11.15 ms.
+    #: streaming): added to TTFT and E2E. Fitted with the other overheads to 11.15 ms; the fit
+    #: half's single-request runs alone (dennislee t2-01, t4-01, t6-01, t8-01) give 14.5 ms.
     request_s: float = 0.01115
     #: The API server (kvplan.sim.frontend): its work per request on the event loop (HTTP parsing,
     #: validation, input processing, a short prompt's tokenization) on the completions endpoint ...

@@ -1,4 +1,4 @@
-"""What speculative decoding and LoRA adapters do to an engine step (issue 31), on top of the GPU step
+"""What speculative decoding and LoRA adapters do to an engine step, on top of the GPU step
 model (:mod:`kvplan.sim.stepmodel`).
 
 **Speculative decoding** (``--speculative-config``). vLLM's V1 scheduler gives every decoding request

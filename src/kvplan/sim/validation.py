@@ -1,5 +1,5 @@
 """Median |error| of the GPU step-time model, as measured by ``benchmarks/gpu_fidelity.py`` on the
-development set (/work/shared/perf/dev_cases.json): leave-one-source-out, each case typed as a user
+development set (dev_cases.json): leave-one-source-out, each case typed as a user
 would type it (the user view), per GPU, per traffic regime and per source group, with the fit's
 error beside it. Written by ``gpu_fidelity.py --write-validation``; every simulate/tune result
 quotes the rows of its GPU and its regime ("how far to trust this clock")."""
