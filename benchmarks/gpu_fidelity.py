@@ -386,34 +386,47 @@ def by(rows: list[dict], key) -> dict[str, list[dict]]:
     return groups
 
 
-def write_validation(result: dict) -> None:
-    """src/kvplan/sim/validation.py: per GPU (VALIDATION), per regime and per source group, the
-    leave-one-source-out median |error| of the user view (what a new user's run should expect),
-    with the fit's beside it; every simulate result quotes its GPU's and its traffic regime's."""
+VALIDATION_JSON = HERE.parent / "src" / "kvplan" / "sim" / "validation.json"
+VALIDATION_DESCRIPTION = ("Median |relative error| of kvplan's GPU step-time model on the development set's "
+                          "published real-GPU vLLM benchmark runs: leave-one-source-out, each case typed as a user "
+                          "would type it (the user view), per GPU, per traffic regime and per source group. Every "
+                          "simulate/tune result quotes the rows of its GPU and its traffic regime.")
+
+
+def write_validation(result: dict, cases_path: Path, rounds: int, path: Path = VALIDATION_JSON) -> Path:
+    """src/kvplan/sim/validation.json (kvplan.sim.validation reads it): per GPU, per regime and per
+    source group, the leave-one-source-out median |error| of the user view (what a new user's run
+    should expect), with the fit's beside it; every simulate result quotes its GPU's and its traffic
+    regime's. The file names what produced it: this command, the date and the development set's file
+    (by name and content hash, never a machine's path)."""
     import datetime
+    import hashlib
+
+    from kvplan.sim import validation
+
+    today = datetime.date.today().isoformat()
 
     def row(entry: dict) -> dict:
         loso = entry.get("loso_err") or {}
         fit = entry.get("user_err") or {}
         return {"cases": entry["cases"], "output_throughput": loso.get("output_throughput"), "ttft": loso.get("ttft"),
                 "tpot": loso.get("tpot"), "fit": {m: fit.get(m) for m in METRICS},
-                "benchmark": "benchmarks/gpu_fidelity.py (leave-one-source-out, user view)",
-                "date": datetime.date.today().isoformat()}
+                "benchmark": "benchmarks/gpu_fidelity.py (leave-one-source-out, user view)", "date": today}
 
-    def literal(d: dict) -> str:
-        return json.dumps(d, indent=4).replace("null", "None").replace("true", "True").replace("false", "False")
-
-    by_gpu = {g: row(e) for g, e in result["gpu"].items() if g != "all"}
-    by_regime = {g: row(e) for g, e in result["regime"].items()}
-    by_source = {g: row(e) for g, e in result["source"].items()}
-    path = HERE.parent / "src" / "kvplan" / "sim" / "validation.py"
-    text = path.read_text(encoding="utf-8")
-    head = text[:text.index("VALIDATION: dict = ")]
-    path.write_text(head + "VALIDATION: dict = " + literal(by_gpu) + "\n\n#: traffic regime -> the same, for the "
-                    "regime a run is in\nVALIDATION_BY_REGIME: dict = " + literal(by_regime) + "\n\n#: source group "
-                    "of the development set -> the same\nVALIDATION_BY_SOURCE: dict = " + literal(by_source) + "\n",
-                    encoding="utf-8")
-    print(f"wrote {path}")
+    data = {
+        "format": validation.FORMAT,
+        "description": VALIDATION_DESCRIPTION,
+        "produced_by": {"command": f"python benchmarks/gpu_fidelity.py --rounds {rounds} --write-validation",
+                        "date": today,
+                        "dev_set": cases_path.name,
+                        "dev_set_sha256": hashlib.sha256(cases_path.read_bytes()).hexdigest()},
+        "by_gpu": {g: row(e) for g, e in result["gpu"].items() if g != "all"},
+        "by_regime": {g: row(e) for g, e in result["regime"].items()},
+        "by_source": {g: row(e) for g, e in result["source"].items()},
+    }
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path.name}")
+    return path
 
 
 def prepare(cases: list[dict], only: str = "") -> tuple[list[dict], list[tuple[str, str]]]:
@@ -468,7 +481,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits")
     ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per LOSO refit")
     ap.add_argument("--write-validation", action="store_true",
-                    help="rewrite src/kvplan/sim/validation.py with the LOSO errors (the clock every result quotes)")
+                    help="rewrite src/kvplan/sim/validation.json with the LOSO errors (the clock every result quotes)")
     args = ap.parse_args(argv)
     t0 = time.time()
     cases = json.loads(args.cases.read_text(encoding="utf-8"))
@@ -536,7 +549,7 @@ def main(argv=None) -> int:
 
         result["validation"] = run_validation(run_case)
     if args.write_validation and not args.only and loso:
-        write_validation(result)
+        write_validation(result, args.cases, args.rounds)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "skipped": skipped, "summary": result}, indent=1) + "\n")
     print(f"\n({time.time() - t0:.0f} s)")

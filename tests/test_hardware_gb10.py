@@ -27,9 +27,9 @@ def test_gb10_step_model_borrows_b200_efficiencies_and_quotes_its_own_error():
     assert p.clock["kernel_tables"] == "B200-180GB" and p.clock["kernel_tables_exact"] is False
     assert any("GB10 has no measured kernel tables" in n for n in p.notes)
     # the error quoted is GB10's own (benchmarks/gpu_fidelity.py on its two held-out dev runs), not B200's
-    from kvplan.sim.validation import VALIDATION
+    from kvplan.sim import validation
 
-    assert p.clock["validation"] == {"measured": True, **VALIDATION["GB10"]}
+    assert p.clock["validation"] == {"measured": True, **validation.by_gpu()["GB10"]}
     # decode of a 0.6B bf16 model is bandwidth-bound: at least the weights over 273 GB/s
     assert p.time(1, 1, 100, 0) >= 1.2e9 / 273e9
 

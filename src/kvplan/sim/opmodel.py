@@ -463,9 +463,9 @@ def validation_error(gpu_name: str, table_name: Optional[str] = None) -> dict:
     """The error measured by benchmarks/gpu_fidelity.py for this GPU's cases (docs/sim.md). A GPU
     that borrows another GPU's kernel tables (``table_name``) quotes only its own measured error:
     the lending GPU's error does not transfer (its peaks, memory system and software differ)."""
-    from .validation import VALIDATION
+    from . import validation
 
-    v = VALIDATION.get(gpu_name)
+    v = validation.by_gpu().get(gpu_name)
     if v is None:
         borrowed = (f"; it borrows the kernel efficiencies measured on {table_name}, whose error does not "
                     "transfer" if table_name and table_name != gpu_name else "")
@@ -491,9 +491,9 @@ def traffic_regimes(trace) -> list[str]:
 
 def regime_validation(trace) -> dict:
     """Per regime of ``trace``: the leave-one-source-out error measured there (or that it is not)."""
-    from . import validation as V
+    from . import validation
 
-    table = getattr(V, "VALIDATION_BY_REGIME", {})
+    table = validation.by_regime()
     return {name: ({"measured": True, **table[name]} if name in table else
                    {"measured": False, "note": f"no development cases in the {name} regime"})
             for name in traffic_regimes(trace)}

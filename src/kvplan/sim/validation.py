@@ -1,97 +1,47 @@
-"""Median |error| of the GPU step-time model, as measured by ``benchmarks/gpu_fidelity.py`` on the
-development set (dev_cases.json): leave-one-source-out, each case typed as a user
-would type it (the user view), per GPU, per traffic regime and per source group, with the fit's
-error beside it. Written by ``gpu_fidelity.py --write-validation``; every simulate/tune result
-quotes the rows of its GPU and its regime ("how far to trust this clock")."""
+"""How far to trust the GPU clock: the median |error| of the step-time model on the development set,
+measured by ``benchmarks/gpu_fidelity.py`` (leave-one-source-out, each case typed as a user would type
+it), per GPU, per traffic regime and per source group. Every simulate/tune result quotes the rows of
+its GPU and its regime.
 
-#: GPU -> {cases, output_throughput, ttft, tpot: LOSO median |relative error|, fit: {...}}
-VALIDATION: dict = {
-    "A100-SXM4-80GB": {
-        "cases": 59,
-        "output_throughput": 0.038,
-        "ttft": 0.1438,
-        "tpot": 0.0321,
-        "held_out": {
-            "cases": 18,
-            "output_throughput": 0.0543,
-            "ttft": 0.1362,
-            "tpot": 0.0395
-        },
-        "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-03"
-    },
-    "H100-SXM5-80GB": {
-        "cases": 7,
-        "output_throughput": 0.046,
-        "ttft": 0.1032,
-        "tpot": 0.1689,
-        "held_out": {
-            "cases": 4,
-            "output_throughput": 0.0408,
-            "ttft": 0.1006,
-            "tpot": 0.184
-        },
-        "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-03",
-        "validation": {
-            "AIC silicon": {
-                "tpot": 0.0318,
-                "cases": 24,
-                "ttft": 0.2317
-            },
-            "BLIS GuideLLM sync": {
-                "tpot": 0.0426,
-                "cases": 7
-            }
-        }
-    },
-    "MI300X": {
-        "cases": 3,
-        "output_throughput": 0.6155,
-        "ttft": 0.66,
-        "tpot": 0.3192,
-        "held_out": {
-            "cases": 3,
-            "output_throughput": 0.6155,
-            "ttft": 0.66,
-            "tpot": 0.3192
-        },
-        "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-03"
-    },
-    "H200-141GB": {
-        "cases": 1,
-        "output_throughput": 0.2272,
-        "ttft": 0.223,
-        "tpot": 0.1816,
-        "held_out": {
-            "cases": 1,
-            "output_throughput": 0.2272,
-            "ttft": 0.223,
-            "tpot": 0.1816
-        },
-        "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-03",
-        "validation": {
-            "AIC silicon": {
-                "tpot": 0.2709,
-                "cases": 30,
-                "ttft": 0.1679
-            }
-        }
-    },
-    "GB10": {
-        "cases": 2,
-        "output_throughput": None,
-        "ttft": 0.3501,
-        "tpot": 0.3049,
-        "held_out": {
-            "cases": 2,
-            "output_throughput": None,
-            "ttft": 0.3501,
-            "tpot": 0.3049
-        },
-        "benchmark": "benchmarks/gpu_fidelity.py",
-        "date": "2026-12-03"
-    }
-}
+The numbers are measurements, so they live in a versioned data file beside this module
+(``validation.json``, format :data:`FORMAT`) that says what produced it; ``gpu_fidelity.py
+--write-validation`` rewrites that file and nothing else. It is read on first use only: ``kvplan plan``
+never pays for it."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+FORMAT = "kvplan-clock-validation/1"
+DATA_FILE = Path(__file__).with_name("validation.json")
+
+
+@lru_cache(maxsize=1)
+def _load() -> dict:
+    data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{DATA_FILE.name}: format {data.get('format')!r}, expected {FORMAT!r}")
+    return data
+
+
+def by_gpu() -> Mapping[str, dict]:
+    """GPU name -> {cases, output_throughput, ttft, tpot, ...}: its cases' median |relative error|.
+    Shared by every caller: copy a row before changing it."""
+    return _load()["by_gpu"]
+
+
+def by_regime() -> Mapping[str, dict]:
+    """Traffic regime (``opmodel.traffic_regimes``) -> the same; empty where none was measured."""
+    return _load().get("by_regime", {})
+
+
+def by_source() -> Mapping[str, dict]:
+    """Source group of the development set -> the same; empty where none was measured."""
+    return _load().get("by_source", {})
+
+
+def produced_by() -> Mapping[str, str]:
+    """The command, date and development-set file that produced the numbers."""
+    return _load()["produced_by"]
