@@ -18,6 +18,7 @@ from ._sizing import BlockSizing, KVSizing
 from .budget import BudgetTerms
 from .borderline import SETTLE, error_band_bytes, is_borderline
 from .defaults import entrypoint_kind
+from .engine_spec import EngineSpec
 from .kv_specs import kv_spec_for
 from .launch import data_parallel_launch, display, multi_node, serve_argv, serve_yaml
 from .request import PlanRequest
@@ -112,11 +113,13 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
     if install_note:  # the sign of the margin is not known: as a verdict within the estimate's error
         notes += install_note
         startup = replace(startup, borderline=True, settle_with=startup.settle_with or SETTLE_INSTALL)
+    memory, kv = _memory(config, sized), _kv(config, sized)
+    serve_command = display(argv)
     return PlanResult(
         vllm_semantics=sem.label, engine=sem.engine, model=model_info, parallel=parallel, flags=resolved,
-        memory=_memory(config, sized), kv=_kv(config, sized), startup=startup,
+        memory=memory, kv=kv, startup=startup,
         capacity_table=sized.capacity_table, what_if=tuple(what_if_rows),
-        naive=naive, serve_argv=tuple(argv), serve_command=display(argv),
+        naive=naive, serve_argv=tuple(argv), serve_command=serve_command,
         serve_config_yaml=serve_yaml(spec.name, flags),
         multi_node=multi_node(argv, tensor_parallel_size, pipeline_parallel_size, req.gpus_per_node),
         notes=tuple(notes), measured=dict(req.measured or {}),
@@ -126,7 +129,25 @@ def assemble(config: ResolvedConfig, sized: KVSizing, *, what_ifs: bool, fit_sea
         dp_launch=data_parallel_launch(argv, tp=tensor_parallel_size, pp=pipeline_parallel_size,
                                        dp=data_parallel_size, gpus_per_node=req.gpus_per_node,
                                        version=tuple(sem.version)),
+        engine_spec=_engine_spec(config, resolved, memory, kv, startup, serve_command),
     )
+
+
+def _engine_spec(config: ResolvedConfig, flags: ResolvedFlags, memory: MemoryInfo, kv: KVInfo,
+                 startup: StartupInfo, serve_command: str) -> EngineSpec:
+    """The engine the simulator runs, from the same values the result reports (never recomputed)."""
+    return EngineSpec(
+        model=config.model, gpu=config.gpu, device=flags.device, semantics=config.semantics,
+        tensor_parallel_size=config.tensor_parallel_size, pipeline_parallel_size=config.pipeline_parallel_size,
+        data_parallel_size=config.data_parallel_size, gpus_per_node=config.request.gpus_per_node,
+        dtype=flags.dtype, quantization=config.quantization, kv_cache_dtype=flags.kv_cache_dtype,
+        enforce_eager=bool(flags.enforce_eager), gpu_memory_utilization=flags.gpu_memory_utilization,
+        max_model_len=flags.max_model_len, max_num_seqs=flags.max_num_seqs,
+        max_num_batched_tokens=flags.max_num_batched_tokens, in_flight_tokens=flags.in_flight_tokens,
+        block_size=kv.block_size, num_gpu_blocks=kv.num_gpu_blocks, kv_cache_tokens=kv.kv_cache_tokens,
+        kv_groups=kv.groups, kv_bytes_per_token_per_gpu=kv.bytes_per_token_per_gpu,
+        weights_bytes_per_gpu=max(memory.weights_bytes_per_stage or (int(memory.weights_gib_per_gpu * (1 << 30)),)),
+        starts=startup.ok, startup_error=startup.error, serve_command=serve_command)
 
 
 def headroom(config: ResolvedConfig, sized: KVSizing) -> Optional[Headroom]:

@@ -15,7 +15,6 @@ from typing import Optional
 
 from ._assemble import CONFIG_ERRORS, assemble
 from ._resolve import ResolvedConfig, resolve
-from ._resolve import resolve_quantization as _quantization  # noqa: F401 (sim.opmodel imports it)
 from ._sizing import LADDER, size_kv
 from .request import PlanRequest
 from .result import PlanResult

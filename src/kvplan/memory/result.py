@@ -5,11 +5,14 @@ Sizes are reported in both bytes (exact) and GiB (2^30, for reading).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..hardware import GIB
 from .kv_specs import KVCacheSpec, SizingContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine_spec import EngineSpec
 
 SCHEMA_VERSION = 1
 
@@ -312,9 +315,13 @@ class PlanResult:
     headroom: Optional[Headroom] = None
     #: with data parallelism: how the replicas start across nodes (vLLM's multi-node DP by default)
     dp_launch: Optional[DataParallelLaunch] = None
+    #: the engine this plan resolves, as the simulator runs it (memory.engine_spec); behaviour, not a
+    #: figure: never serialized, never compared
+    engine_spec: Optional["EngineSpec"] = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, engine_spec=None))
+        del d["engine_spec"]
         if d.get("dp_launch") is None:
             d.pop("dp_launch", None)
         for group in d["kv"]["groups"]:

@@ -91,20 +91,19 @@ class Prober:
     def __init__(self, request, workload: Workload, *, slo=(), profile=None, plan_result=None,
                  load_balancer: Optional[str] = None, max_requests: int = MAX_REQUESTS,
                  min_requests: int = MIN_REQUESTS, **sim_kwargs: Any):
-        from ..memory import plan
+        from .engine_config import EngineConfig, engine_spec_of
         from .steptime import default_profile
 
         self.request = request
         self.workload = workload
         self.slo = tuple(slo)
-        self.plan_result = plan_result or plan(request, what_ifs=False)
-        from .engine_config import EngineConfig
-
-        cfg = EngineConfig.from_plan(request, self.plan_result, async_scheduling=sim_kwargs.get("async_scheduling"),
+        #: the replica's resolved engine (``plan_result``: an EngineSpec or the plan result carrying one)
+        self.engine_spec = engine_spec_of(request, plan_result)
+        cfg = EngineConfig.from_spec(self.engine_spec, async_scheduling=sim_kwargs.get("async_scheduling"),
                                      expert_parallel=sim_kwargs.get("enable_expert_parallel", False),
                                      api_server_count=sim_kwargs.get("api_server_count"))
         self.engine_config = cfg
-        self.profile = profile or default_profile(request, self.plan_result, async_scheduling=cfg.async_scheduling,
+        self.profile = profile or default_profile(request, self.engine_spec, async_scheduling=cfg.async_scheduling,
                                                   expert_parallel=cfg.expert_parallel)
         self.load_balancer = load_balancer if load_balancer is not None else getattr(request, "load_balancer", None)
         self.max_requests = max_requests
@@ -127,11 +126,11 @@ class Prober:
             # the step model simulate() runs: LoRA's and speculative decoding's costs on the profile
             kw = self.sim_kwargs
             prof = speculative_model(with_lora(self.profile, self.request, kw.get("active_loras")), self.request,
-                                     self.plan_result, kw.get("spec_acceptance"))
-            make = replica_engine_maker(self.request, self.plan_result, prof, **kw)
+                                     self.engine_spec, kw.get("spec_acceptance"))
+            make = replica_engine_maker(self.request, self.engine_spec, prof, **kw)
             reqs = self.workload.lengths()
-            c = completion_ceiling(make, reqs, max_num_seqs=self.plan_result.flags.max_num_seqs,
-                                   kv_tokens=self.plan_result.kv.kv_cache_tokens,
+            c = completion_ceiling(make, reqs, max_num_seqs=self.engine_spec.max_num_seqs,
+                                   kv_tokens=self.engine_spec.kv_cache_tokens,
                                    front_end=lambda: front_end_for(prof, self.engine_config, None))
             self._ceiling = c or 0.0
         return self._ceiling
@@ -180,12 +179,12 @@ class Prober:
             share = tuple(r for r, j in zip(reqs, owner) if j == 0)
             res = simulate(dataclasses.replace(self.request, data_parallel_size=1),
                            dataclasses.replace(trace, requests=share), profile=self.profile,
-                           plan_result=self.plan_result, slo=self.slo, ceiling_rps=self.ceiling(), **self.sim_kwargs)
+                           plan_result=self.engine_spec, slo=self.slo, ceiling_rps=self.ceiling(), **self.sim_kwargs)
             mode = (f"symmetry: replica 1 of {replicas} simulated on its {rule.balancer} share; its percentiles "
                     "stand for every replica's")
         else:
             req = dataclasses.replace(self.request, data_parallel_size=replicas)  # the plan is per replica
-            res = simulate(req, trace, profile=self.profile, plan_result=self.plan_result, slo=self.slo,
+            res = simulate(req, trace, profile=self.profile, plan_result=self.engine_spec, slo=self.slo,
                            load_balancer=self.load_balancer, ceiling_rps=self.ceiling(), **self.sim_kwargs)
             mode = (res.fleet or {}).get("mode") or "one replica"
         sat = res.saturation

@@ -26,6 +26,7 @@ from .stepmodel import CostTerm, StepModel, pad_to_capture
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
+    from ..memory.engine_spec import EngineSpec
     from .engine_config import EngineConfig
 
 MODEL_FORMAT = "kvplan-step-model/1"
@@ -126,14 +127,15 @@ def _weight_kind(t, quant) -> str:
     return "bfloat16"
 
 
-def build(request: "PlanRequest", plan_result: "PlanResult", *, async_scheduling: Optional[bool] = None,
-          expert_parallel: bool = False, overheads: Optional[Overheads] = None,
-          validation: Optional[dict] = None) -> StepModel:
-    """The operator model for ``request`` on its GPU (or the nearest measured GPU's efficiencies).
+def build(request: "PlanRequest", plan: "EngineSpec | PlanResult | None" = None, *,
+          async_scheduling: Optional[bool] = None, expert_parallel: bool = False,
+          overheads: Optional[Overheads] = None, validation: Optional[dict] = None) -> StepModel:
+    """The operator model for ``request``'s resolved engine (``plan``: its EngineSpec or the plan
+    result carrying it; None: planned now) on its GPU (or the nearest measured GPU's efficiencies).
     ``async_scheduling`` None: the vLLM version's default for this layout (VllmSemantics)."""
-    from .engine_config import EngineConfig
+    from .engine_config import EngineConfig, engine_spec_of
 
-    cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
+    cfg = EngineConfig.from_spec(engine_spec_of(request, plan), async_scheduling=async_scheduling,
                                  expert_parallel=expert_parallel)
     return build_for(cfg, overheads=overheads, validation=validation)
 

@@ -97,18 +97,18 @@ def run_simulate(opts: SimulateOptions) -> SimulateReport:
     req = sf.request_from_values(values)
     make_trace, _ = traffic_maker(flags=traffic, model_spec=req.model, vllm_version=values.get("vllm_version"),
                                   notes=notes)
-    plan_result = plan(req, what_ifs=False)
-    if not plan_result.startup.ok:
+    engine = plan(req, what_ifs=False).engine_spec  # what the simulator runs (the plan's result is the report)
+    if not engine.starts:
         # the same verdict as `kvplan plan` (FAILS), with the same way out
         fit = layout_fit_text(plan(req, what_ifs=False, fit_search=True))
-        raise PlanDoesNotStart(f"the plan does not start (kvplan plan: verdict FAILS): {plan_result.startup.error}"
+        raise PlanDoesNotStart(f"the plan does not start (kvplan plan: verdict FAILS): {engine.startup_error}"
                                + (f" {fit}" if fit else ""))
     prof = StepTimeProfile.load(opts.profile) if opts.profile else None
 
     rate = traffic.get("rate")
     trace = make_trace(rate)
     # the scheduler's flags (prefix caching, long prefills, async scheduling) travel in the request
-    result = simulate(req, trace, profile=prof, plan_result=plan_result, timeline_interval_s=opts.timeline_interval_s,
+    result = simulate(req, trace, profile=prof, plan_result=engine, timeline_interval_s=opts.timeline_interval_s,
                       slo=opts.slo, per_request=opts.per_request)
     saturation = ladder = sizing = None
     if opts.saturation_search and (rate is not None or traffic.get("requests") or trace.bench is not None):
@@ -116,7 +116,7 @@ def run_simulate(opts: SimulateOptions) -> SimulateReport:
         # --gpus auto, preflight and the page give); the HTML's throughput-latency curve is the probes
         from .capacity import Prober, as_workload, find_capacity, replicas_needed, trace_rate
 
-        pb = Prober(req, as_workload(make_trace), slo=opts.slo, profile=prof, plan_result=plan_result)
+        pb = Prober(req, as_workload(make_trace), slo=opts.slo, profile=prof, plan_result=engine)
         saturation = find_capacity(req, None, prober=pb)
         target = rate if rate is not None and 0 < rate < float("inf") else trace_rate(trace)
         if target:

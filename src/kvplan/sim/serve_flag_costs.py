@@ -39,6 +39,7 @@ from .stepmodel import CostTerm, StepFeatures
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
+    from ..memory.engine_spec import EngineSpec
 
 #: vLLM's metric the acceptance is (and bench/watch measure)
 ACCEPTANCE_METRIC = ("vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total "
@@ -158,12 +159,14 @@ class LoRAAdapters(CostTerm):
         return super().describe() | {"rank": self.rank, "active": self.active, "modules": self.modules}
 
 
-def speculative_model(base, request: "PlanRequest", plan_result: "PlanResult", acceptance: Optional[float]):
+def speculative_model(base, request: "PlanRequest", plan_result: "EngineSpec | PlanResult | None",
+                      acceptance: Optional[float]):
     """``base`` wrapped for ``request``'s ``--speculative-config`` at ``acceptance`` (vLLM's draft
-    acceptance rate; None: 0, every draft rejected - the cost without the gain, and a note says so)."""
+    acceptance rate; None: 0, every draft rejected - the cost without the gain, and a note says so).
+    ``plan_result``: the request's resolved engine (an EngineSpec or the plan result carrying one)."""
     from ..errors import UsageError
-    from ..memory import semantics
     from ..memory.spec_decode import EAGLE3_DRAFT_VOCAB, NO_WEIGHT_METHODS, build_drafter
+    from .engine_config import engine_spec_of
 
     if request.speculative_config is None:
         if acceptance is not None:
@@ -171,15 +174,13 @@ def speculative_model(base, request: "PlanRequest", plan_result: "PlanResult", a
         return base
     if acceptance is not None and not 0.0 <= acceptance <= 1.0:
         raise UsageError(f"--spec-acceptance must be in [0, 1] (vLLM's draft acceptance rate), got {acceptance}")
-    sem = semantics(plan_result.vllm_semantics, plan_result.engine)
-    from ..memory.planner import _quantization
-
+    engine = engine_spec_of(request, plan_result)
     # the drafter's layers and method (its weights' bytes do not matter here: the kernel model times them)
-    drafter = build_drafter(request.speculative_config, request.model, sem, request.tensor_parallel_size, 2,
-                            _quantization(request))
+    drafter = build_drafter(request.speculative_config, engine.model, engine.semantics,
+                            engine.tensor_parallel_size, 2, engine.quantization)
     head = None
     if drafter.method not in NO_WEIGHT_METHODS and drafter.layers:
-        head = _drafter_step_model(request, plan_result, drafter, EAGLE3_DRAFT_VOCAB)
+        head = _drafter_step_model(engine, drafter, EAGLE3_DRAFT_VOCAB)
     rho = 0.0 if acceptance is None else float(acceptance)
     k = drafter.num_speculative_tokens
     note = (f"speculative decoding ({drafter.method}, k={k}): each decoding request verifies 1 + {k} tokens per "
@@ -192,7 +193,7 @@ def speculative_model(base, request: "PlanRequest", plan_result: "PlanResult", a
                                 note=note)
 
 
-def _drafter_step_model(request, plan_result, drafter, eagle3_vocab: int):
+def _drafter_step_model(engine: "EngineSpec", drafter, eagle3_vocab: int):
     """The drafter's own step model: the kernel model of a model made of its layers (and its LM
     head: the target's vocabulary, an EAGLE-3 head's draft vocabulary), GPU terms only, without
     the target's per-step sampler and engine-core work."""
@@ -200,11 +201,11 @@ def _drafter_step_model(request, plan_result, drafter, eagle3_vocab: int):
     from .opmodel import build_for
     from .stepmodel import StepModel
 
-    target = request.model
+    target = engine.model
     layers = tuple(replace(layer, index=i) for i, layer in enumerate(drafter.layers))
     vocab = min(eagle3_vocab, target.vocab_size) if drafter.method == "eagle3" else target.vocab_size
     spec = replace(target, layers=layers, vocab_size=vocab, name=f"{target.name} drafter ({drafter.method})")
-    cfg = EngineConfig.from_plan(request, plan_result)
+    cfg = EngineConfig.from_spec(engine)
     cfg = replace(cfg, model=spec, tensor_parallel_size=drafter.tensor_parallel_size, pipeline_parallel_size=1)
     full = build_for(cfg)
     keep = tuple(t for t in full.terms if t.resource == "gpu" and t.name != "sampler and step launch")

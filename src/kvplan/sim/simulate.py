@@ -2,9 +2,9 @@
 (:mod:`kvplan.sim.engine`) and a step-time profile (:mod:`kvplan.sim.steptime`) -> a
 :class:`SimResult`.
 
-The plan gives what vLLM resolves at start-up: ``num_gpu_blocks`` and ``block_size`` (the KV
-cache), the KV groups (hybrid models), ``max_num_seqs``, ``max_num_batched_tokens`` and
-``max_model_len``. Everything the plan does not fix takes vLLM 0.32's default and can be changed:
+The plan's :class:`~kvplan.memory.engine_spec.EngineSpec` gives what vLLM resolves at start-up:
+``num_gpu_blocks`` and ``block_size`` (the KV cache), the KV groups (hybrid models),
+``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len``. Everything the plan does not fix takes vLLM 0.32's default and can be changed:
 prefix caching on, ``long_prefill_token_threshold`` 0, watermark 0, async scheduling on.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..traffic.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
+    from ..memory.engine_spec import EngineSpec
     from ..slo import Slo
 
 VLLM_SEMANTICS = "vLLM V1 scheduler as in the 0.32.0 source (vllm/v1/core/sched/scheduler.py)"
@@ -28,11 +29,11 @@ SAMPLE_CAP = 20_000
 MAX_TIMELINE_ROWS = 5_000  # a million-request run keeps a chart-sized timeline
 
 
-def _groups(plan_result) -> tuple[tuple[str, int, int], ...]:
+def _groups(engine: "EngineSpec") -> tuple[tuple[str, int, int], ...]:
     """(kind, window, fixed blocks) per KV group, as the result's config reports them (the
     engine counts with the groups' specs themselves)."""
     out = []
-    for g in plan_result.kv.groups:
+    for g in engine.kv_groups:
         if not g.spec.bounded:
             out.append((g.kind, 0, 0))
         else:  # sliding window, chunked local: the window; a recurrent state: 0
@@ -59,7 +60,7 @@ def front_end_for(prof, engine_cfg, trace):
 
 
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
-             plan_result: Optional["PlanResult"] = None, timeline_interval_s: float = 1.0,
+             plan_result: "EngineSpec | PlanResult | None" = None, timeline_interval_s: float = 1.0,
              enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: Optional[int] = None,
              watermark: float = 0.0, async_scheduling: Optional[bool] = None, slo: Sequence["Slo"] = (),
              per_request: bool = False, max_steps: Optional[int] = None,
@@ -73,7 +74,11 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     With ``data_parallel_size`` N > 1 every replica is simulated, the trace reaching them through
     ``load_balancer`` (:mod:`kvplan.sim.balancer`; default: the request's ``--load-balancer``, else
     vLLM's own for the plan's version). ``ceiling_rps``: one replica's completion ceiling when known
-    (the saturation verdict uses it; else it is measured when the verdict needs it)."""
+    (the saturation verdict uses it; else it is measured when the verdict needs it).
+
+    ``plan_result``: the request's resolved engine (:class:`~kvplan.memory.engine_spec.EngineSpec`),
+    or the plan result that carries it; None: the request is planned here. The simulation reads
+    the engine spec only, never the plan's report."""
     if enable_prefix_caching is None:
         enable_prefix_caching = request.enable_prefix_caching is not False
     if long_prefill_token_threshold is None:
@@ -92,31 +97,27 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         active_loras = request.active_loras
     if api_server_count is None:
         api_server_count = request.api_server_count
-    if plan_result is None:
-        from ..memory import plan
+    from .engine_config import EngineConfig, engine_spec_of
 
-        plan_result = plan(request, what_ifs=False)
-    if not plan_result.startup.ok:
-        raise PlanDoesNotStart(plan_result.startup.error or "the configuration does not start")
+    spec = engine_spec_of(request, plan_result)
+    if not spec.starts:
+        raise PlanDoesNotStart(spec.startup_error or "the configuration does not start")
     if not timeline_interval_s > 0:
         raise UsageError("the timeline interval must be positive")
-    f, kv = plan_result.flags, plan_result.kv
-    from .engine_config import EngineConfig
-
     # the vLLM version's rules for what the flags leave open (async scheduling, admission)
-    engine_cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
+    engine_cfg = EngineConfig.from_spec(spec, async_scheduling=async_scheduling,
                                         expert_parallel=enable_expert_parallel, api_server_count=api_server_count)
     async_scheduling = engine_cfg.async_scheduling
-    prof = profile or default_profile(request, plan_result, async_scheduling=async_scheduling,
+    prof = profile or default_profile(request, spec, async_scheduling=async_scheduling,
                                       expert_parallel=engine_cfg.expert_parallel)
     # LoRA's adapter kernels and speculative decoding's verify/draft steps (sim/serve_flag_costs.py)
     from .serve_flag_costs import speculative_model, with_lora
 
-    prof = speculative_model(with_lora(prof, request, active_loras), request, plan_result, spec_acceptance)
+    prof = speculative_model(with_lora(prof, request, active_loras), request, spec, spec_acceptance)
     dp = max(1, request.data_parallel_size)  # the replicas (a replica's plan does not depend on them)
-    groups = _groups(plan_result)
+    groups = _groups(spec)
 
-    make_engine = replica_engine_maker(request, plan_result, prof, enable_prefix_caching=enable_prefix_caching,
+    make_engine = replica_engine_maker(request, spec, prof, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
                                        watermark=watermark, async_scheduling=async_scheduling,
                                        timeline_interval_s=timeline_interval_s, max_steps=max_steps,
@@ -149,21 +150,21 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     if not engine.caching and enable_prefix_caching and not engine.counted:
         notes.append("hybrid KV layout: prefix caching is not modelled (every prompt is computed in full)")
     config = {
-        "model": plan_result.model.id, "gpu": f.gpu, "device": f.device,
-        "tensor_parallel_size": plan_result.parallel.tensor_parallel_size,
-        "pipeline_parallel_size": plan_result.parallel.pipeline_parallel_size,
-        "data_parallel_size": dp, "max_model_len": f.max_model_len, "max_num_seqs": f.max_num_seqs,
-        "max_num_batched_tokens": f.max_num_batched_tokens, "block_size": kv.block_size,
-        "num_gpu_blocks": kv.num_gpu_blocks, "gpu_memory_utilization": f.gpu_memory_utilization,
-        "kv_cache_dtype": f.kv_cache_dtype, "dtype": f.dtype, "enable_prefix_caching": enable_prefix_caching,
+        "model": spec.model_id, "gpu": spec.gpu.name, "device": spec.device,
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "pipeline_parallel_size": spec.pipeline_parallel_size,
+        "data_parallel_size": dp, "max_model_len": spec.max_model_len, "max_num_seqs": spec.max_num_seqs,
+        "max_num_batched_tokens": spec.max_num_batched_tokens, "block_size": spec.block_size,
+        "num_gpu_blocks": spec.num_gpu_blocks, "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "kv_cache_dtype": spec.kv_cache_dtype, "dtype": spec.dtype, "enable_prefix_caching": enable_prefix_caching,
         "long_prefill_token_threshold": long_prefill_token_threshold, "watermark": watermark,
         "async_scheduling": async_scheduling, "api_server_count": engine_cfg.api_server_count,
         "kv_groups": [list(g) for g in groups],
-        "serve_command": plan_result.serve_command,
+        "serve_command": spec.serve_command,
         "load_balancer": fleet["load_balancer"]["name"] if fleet else None,
     }
     result = build_result(engine, trace, config=config, profile=prof, slo=slo, per_request=per_request,
-                          notes=tuple(notes), vllm_semantics=plan_result.vllm_semantics)
+                          notes=tuple(notes), vllm_semantics=spec.semantics.label)
     changes: dict = {"fleet": fleet} if fleet is not None else {}
     if ceiling_rps is not None:
         changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling_rps * dp)
@@ -171,8 +172,8 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         # completions fall short of arrivals while no queue forms: over the engines' ceiling, or filling?
         from .saturation import completion_ceiling
 
-        ceiling = completion_ceiling(make_engine, trace.requests, max_num_seqs=f.max_num_seqs,
-                                     kv_tokens=kv.kv_cache_tokens,
+        ceiling = completion_ceiling(make_engine, trace.requests, max_num_seqs=spec.max_num_seqs,
+                                     kv_tokens=spec.kv_cache_tokens,
                                      front_end=lambda: front_end_for(prof, engine_cfg, trace))
         if ceiling is not None:
             changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling * dp)
@@ -191,8 +192,10 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
     """``make_engine(requests, max_concurrency=None, warm=(), front_end=None)``: one replica's engine with the plan's
     KV pool and limits and ``profile``'s step times; what the flags leave open follows the vLLM
     version (:class:`kvplan.sim.engine_config.EngineConfig`); the scheduler's flags not given are
-    the request's."""
-    f, kv = plan_result.flags, plan_result.kv
+    the request's. ``plan_result``: the request's EngineSpec, or the plan result carrying it."""
+    from .engine_config import EngineConfig, engine_spec_of
+
+    spec = engine_spec_of(request, plan_result)
     if enable_prefix_caching is None:
         enable_prefix_caching = request.enable_prefix_caching is not False
     if long_prefill_token_threshold is None:
@@ -202,17 +205,14 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
     if enable_expert_parallel is None:
         enable_expert_parallel = bool(request.enable_expert_parallel)
     if async_scheduling is None or reserve_full_prompt is None:
-        from .engine_config import EngineConfig
-
-        cfg = EngineConfig.from_plan(request, plan_result, async_scheduling=async_scheduling,
-                                     expert_parallel=enable_expert_parallel)
+        cfg = EngineConfig.from_spec(spec, async_scheduling=async_scheduling, expert_parallel=enable_expert_parallel)
         async_scheduling = cfg.async_scheduling
         reserve_full_prompt = cfg.reserve_full_prompt if reserve_full_prompt is None else reserve_full_prompt
 
     def make_engine(requests, max_concurrency=None, warm=(), front_end=None):
-        return Engine(requests=requests, num_gpu_blocks=kv.num_gpu_blocks, block_size=kv.block_size,
-                      max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens,
-                      max_model_len=f.max_model_len, profile=profile, groups=kv.groups, sizing=plan_result.sizing,
+        return Engine(requests=requests, num_gpu_blocks=spec.num_gpu_blocks, block_size=spec.block_size,
+                      max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
+                      max_model_len=spec.max_model_len, profile=profile, groups=spec.kv_groups, sizing=spec.sizing,
                       enable_prefix_caching=enable_prefix_caching,
                       long_prefill_token_threshold=long_prefill_token_threshold, watermark=watermark,
                       async_scheduling=async_scheduling, timeline_interval_s=timeline_interval_s,
@@ -391,7 +391,7 @@ def saturation(engine: Engine, trace: Trace, ceiling_rps: Optional[float] = None
 
 def find_saturation(request: "PlanRequest", make_trace, *, lo: float = 0.1, hi: Optional[float] = None,
                     slo: Sequence["Slo"] = (), profile: Optional[StepTimeProfile] = None,
-                    plan_result: Optional["PlanResult"] = None, rel_tol: float = 0.02, max_iter: int = 20,
+                    plan_result: "EngineSpec | PlanResult | None" = None, rel_tol: float = 0.02, max_iter: int = 20,
                     load_balancer: Optional[str] = None, **sim_kwargs: Any) -> dict:
     """The highest rate (req/s) the request's replicas sustain within ``slo``: the capacity
     (:func:`kvplan.sim.capacity.find_capacity`: bisection up to the completion ceiling, every probe
@@ -418,11 +418,11 @@ def capacity_boundary(request: "PlanRequest", make_trace, *, slo: Sequence["Slo"
                  "kv_cache_tokens": row.kv_cache_tokens, "fits": row.fits, "max_sustainable_qps": None}
         if row.fits:
             req = dataclasses.replace(request, max_model_len=row.max_model_len)
-            pr = plan(req, what_ifs=False)
-            if pr.startup.ok:
-                sat = find_saturation(req, make_trace, slo=slo, profile=profile, plan_result=pr, **kwargs)
+            engine = plan(req, what_ifs=False).engine_spec
+            if engine.starts:
+                sat = find_saturation(req, make_trace, slo=slo, profile=profile, plan_result=engine, **kwargs)
                 entry["max_sustainable_qps"] = sat["max_rate"]
                 entry["reason"] = sat["reason"]
-                entry["max_num_batched_tokens"] = pr.flags.max_num_batched_tokens
+                entry["max_num_batched_tokens"] = engine.max_num_batched_tokens
         rows.append(entry)
     return rows

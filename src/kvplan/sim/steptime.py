@@ -24,6 +24,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import PlanRequest, PlanResult
+    from ..memory.engine_spec import EngineSpec
 
 PROFILE_FORMAT = "kvplan-step-profile/1"
 
@@ -141,33 +142,34 @@ class StepTimeProfile:
         return cls.from_dict(data, str(p))
 
 
-def default_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None, *,
+def default_profile(request: "PlanRequest", plan_result: "EngineSpec | PlanResult | None" = None, *,
                     async_scheduling: Optional[bool] = None, expert_parallel: bool = False):
     """The step-time model a GPU run uses without a calibrated profile: the per-operator model over
     measured vLLM kernel tables (:mod:`kvplan.sim.opmodel`; the nearest measured GPU's efficiencies
     at this GPU's own peaks when it has no tables, and the result says so). A calibrated profile
     (``kvplan calibrate``) is passed explicitly and always wins. ``async_scheduling`` (default: the
     vLLM version's default for this layout, ``VllmSemantics.async_scheduling_by_default``) decides
-    whether the engine's CPU work overlaps the GPU's."""
-    from ..memory import plan
-
+    whether the engine's CPU work overlaps the GPU's. ``plan_result``: the request's resolved engine
+    (an EngineSpec, or the plan result carrying one; None: planned now)."""
     if request.device == "cpu":
         return roofline_profile(request, plan_result)  # raises: no CPU prior
     gpu = request.gpu
     if not gpu.bandwidth_gbs or not gpu.bf16_tflops:
         return roofline_profile(request, plan_result)  # raises the catalog's own error
+    from .engine_config import engine_spec_of
     from .opmodel import build
 
-    res = plan_result or plan(request, what_ifs=False)
-    return build(request, res, async_scheduling=async_scheduling, expert_parallel=expert_parallel)
+    return build(request, engine_spec_of(request, plan_result), async_scheduling=async_scheduling,
+                 expert_parallel=expert_parallel)
 
 
-def roofline_profile(request: "PlanRequest", plan_result: Optional["PlanResult"] = None) -> StepTimeProfile:
+def roofline_profile(request: "PlanRequest",
+                     plan_result: "EngineSpec | PlanResult | None" = None) -> StepTimeProfile:
     """The roofline prior for ``request``'s model on its GPU and tensor-parallel size: weights and KV
     bytes per GPU over the catalog bandwidth, FLOPs per token (2 × active parameters per GPU, plus
     attention) over the catalog peak, and two all-reduces per layer over the interconnect."""
-    from ..memory import plan
     from ..models.params import active_params
+    from .engine_config import engine_spec_of
 
     if request.device == "cpu":
         # vLLM's CPU backend has no catalog roofline: its speed depends on the host's cores, ISA
@@ -175,7 +177,7 @@ def roofline_profile(request: "PlanRequest", plan_result: Optional["PlanResult"]
         raise UsageError("--device cpu: kvplan has no step-time roofline for vLLM's CPU backend; fit one on a "
                          "real run of the server (`kvplan bench ... --output run.json`, then `kvplan calibrate "
                          "run.json --device cpu --output profile.json`) and pass --profile profile.json")
-    res = plan_result or plan(request, what_ifs=False)
+    engine = engine_spec_of(request, plan_result)
     gpu, spec = request.gpu, request.model
     tp = request.tensor_parallel_size
     pp = request.pipeline_parallel_size
@@ -185,13 +187,13 @@ def roofline_profile(request: "PlanRequest", plan_result: Optional["PlanResult"]
                          "roofline; calibrate a profile on a real run (`kvplan calibrate`) and pass --profile")
     bw = gpu.bandwidth_gbs * 1e9 * DEFAULT_MBU
     peak = gpu.bf16_tflops * 1e12 * DEFAULT_MFU
-    if res.flags.kv_cache_dtype.startswith("fp8") or (request.quantization or "").startswith("fp8"):
+    if engine.kv_cache_dtype.startswith("fp8") or (request.quantization or "").startswith("fp8"):
         if gpu.fp8_tflops:
             peak = gpu.fp8_tflops * 1e12 * DEFAULT_MFU
-    weights_bytes = max(res.memory.weights_bytes_per_stage or (int(res.memory.weights_gib_per_gpu * (1 << 30)),))
+    weights_bytes = engine.weights_bytes_per_gpu
     # Pipeline stages run one after the other for a given micro-batch: a step pays every stage.
     weights_read_s = weights_bytes * pp / bw
-    per_kv_token_s = res.kv.bytes_per_token_per_gpu * pp / bw
+    per_kv_token_s = engine.kv_bytes_per_token_per_gpu * pp / bw
     flops_per_token = 2.0 * active_params(spec) / tp
     per_token_s = flops_per_token / peak
     # Attention score + value matmuls: 2 × 2 × heads/TP × head_dim FLOPs per (query, key) pair per layer.
