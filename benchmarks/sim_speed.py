@@ -32,7 +32,11 @@ def _setup(mml: int = 2048, gpu: str = "A100-80GB"):
 
 def _trace(n: int, rate: float = 50.0, seed: int = 0):
     from kvplan.sim import synthetic_trace
-    from kvplan.traffic.lengthdist import parse_length
+
+    try:
+        from kvplan.traffic.lengthdist import parse_length
+    except ImportError:  # a tree from before the traffic package (compared with --against)
+        from kvplan.workload.lengthdist import parse_length
 
     return synthetic_trace(rate, num_requests=n, input_len=parse_length("uniform:800,1200", "x"),
                            output_len=parse_length("512", "x"), seed=seed)
@@ -90,7 +94,10 @@ def measure(name: str) -> float:
     time of its worker pool, once)."""
     spec = MEASURES[name]
     if spec is None:
-        from kvplan.tune import TuneSpace, tune
+        try:
+            from kvplan.tune import TuneSpace, tune
+        except ImportError:  # a tree from before the tune package (compared with --against)
+            from kvplan.sim.tune import TuneSpace, tune
         from kvplan.slo import parse_slo
 
         req, _ = _setup(gpu="H100")

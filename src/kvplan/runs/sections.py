@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Optional, Sequence
@@ -87,7 +88,9 @@ class LatencyStats(Section):
         items = sorted(pairs)  # counts are >= 1
         if not items:
             return cls(None, None, None, None, None, None, 0, None, tail=True)
-        cum = list(itertools.accumulate(c for _, c in items))  # cum[j] = index after the last copy of items[j]
+        value, count = operator.itemgetter(0), operator.itemgetter(1)
+        # (maps, not generators: a step log has one pair per step)
+        cum = list(itertools.accumulate(map(count, items)))  # cum[j] = index after the last copy of items[j]
         n = cum[-1]
 
         def at(k: int) -> float:
@@ -100,7 +103,8 @@ class LatencyStats(Section):
             hi = min(lo + 1, n - 1)
             a, b = at(lo), at(hi)
             pct[key] = _r(a + (b - a) * (pos - lo))
-        return cls(**pct, max=_r(items[-1][0]), mean=_r(math.fsum(v * c for v, c in items) / n), count=n, tail=True)
+        mean = math.fsum(map(operator.mul, map(value, items), map(count, items))) / n
+        return cls(**pct, max=_r(items[-1][0]), mean=_r(mean), count=n, tail=True)
 
 
 @dataclass(frozen=True, eq=False)

@@ -212,6 +212,7 @@ class Engine(DecodeBookkeeping, ClientSide):
         rejected_reasons = self.rejected_reasons
         never_fits = self.kv.never_fits
         prof_time = self.profile.time
+        usable = pool.usable
         slots = self.slots
         fe = self.fe
         gate_here = slots is not None and fe is None  # without a front end the client sends on take-in
@@ -326,7 +327,7 @@ class Engine(DecodeBookkeeping, ClientSide):
             self._last_start, self._last_end = t_start, t_end
             self.t = t_end
             self.step_tokens_acc += tokens
-            u = pool.usage
+            u = 1.0 - pool.free / usable if usable else 0.0  # BlockPool.usage, inline
             if u > self.kv_peak:
                 self.kv_peak = u
             if len(self.waiting) > self.max_waiting:
@@ -362,11 +363,17 @@ class Engine(DecodeBookkeeping, ClientSide):
             bucket = self.buckets[(-G) % block_size]
             need = len(bucket)
             ok = True
-            if self.pre:
+            pre = self.pre
+            if pre:
                 pend = self.pending
                 used = 0
-                for before_pre, p in enumerate(self.pre):  # pre is in running order (both append at admission)
-                    idx = running.index(p)
+                # where a prefill stands in RUNNING: usually among its last len(pre) entries (admitted
+                # last), checked there before list.index scans the whole queue (O(running) per step)
+                tail = len(running) - len(pre)
+                for before_pre, p in enumerate(pre):  # pre is in running order (both append at admission)
+                    idx = tail + before_pre
+                    if idx < 0 or running[idx] is not p:
+                        idx = running.index(p)
                     before_pend = sum(1 for q in pend if running.index(q) < idx) if pend else 0
                     left = token_budget - (idx - before_pre - before_pend) - used
                     num_new_tokens = p.num_prompt_tokens + p.num_output_tokens - p.num_computed_tokens
@@ -383,7 +390,9 @@ class Engine(DecodeBookkeeping, ClientSide):
             if ok and need <= pool.free:
                 fast = True
                 pool.take(need)
-                token_budget -= self.n_dec + sum(p.num_scheduled_tokens for p in self.pre)
+                token_budget -= self.n_dec
+                if pre:
+                    token_budget -= sum(p.num_scheduled_tokens for p in pre)
         if not fast:
             token_budget, preempted, stalled = self._schedule_exact(now, token_budget, threshold)
         if not preempted:
@@ -481,7 +490,10 @@ class Engine(DecodeBookkeeping, ClientSide):
 
     def _schedule_waiting(self, now: float, token_budget: int, threshold: int) -> int:
         """The WAITING loop of ``Scheduler.schedule``: admit while the token budget and KV allow."""
-        block_size, pool, running, waiting = self.block_size, self.pool, self.running, self.waiting
+        running, waiting = self.running, self.waiting
+        if not waiting or len(running) >= self.max_num_seqs:
+            return token_budget  # (the loop below would stop at once: the common case at saturation)
+        block_size, pool = self.block_size, self.pool
         max_model_len, kv, reserve_full = self.max_model_len, self.kv, self.reserve_full_prompt
         while token_budget > 0 and waiting:
             if len(running) >= self.max_num_seqs:
@@ -519,15 +531,12 @@ class Engine(DecodeBookkeeping, ClientSide):
     def _finish_step(self, t_start: float, t_end: float, n_sched_dec: int, stalled: list) -> None:
         """``update_from_output``: one token per request whose prompt is complete."""
         G = self.G
-        dt = t_end - t_start
         # decoders that come back from a skipped step have an irregular gap
         irr = 0
-        finished = self.finish_at.pop(G, None)
+        # the decoders that sample their last token now (the popped list is this step's alone: a
+        # decoder added later with the same key gets a new one)
+        done: list[Req] = self.finish_at.pop(G, None) or []
         self.G = G + 1
-        done: list[Req] = []
-        if finished:
-            for r in finished:
-                done.append(r)
         # ITL: every decoder that decoded in the previous step too gets a gap of one step
         if self._irregular:
             for r in list(self._irregular):
@@ -537,58 +546,77 @@ class Engine(DecodeBookkeeping, ClientSide):
                     self._irregular.discard(r)
                     irr += 1
         if n_sched_dec - irr > 0:
-            self.itl_w.append((dt, n_sched_dec - irr))
+            self.itl_w.append((t_end - t_start, n_sched_dec - irr))
         for r in stalled:
             self._irregular.add(r)
-        still: list[Req] = []
-        firsts: list[Req] = []
+        firsts: Sequence[Req] = ()
         sampled = 0
-        for p in self.pre:
-            num_new_tokens = p.num_scheduled_tokens
-            if num_new_tokens <= 0:
-                still.append(p)
-                continue
-            p.num_scheduled_tokens = 0
-            p.num_computed_tokens += num_new_tokens
-            self.prompt_computed += num_new_tokens
-            if p.preempted:
-                self.recomputed += num_new_tokens
-            if p.num_computed_tokens >= p.num_prompt_tokens + p.num_output_tokens:
-                p.num_output_tokens += 1
-                sampled += 1
-                if p.t_first is None:
-                    p.t_first = t_end
-                    self.first_order.append(p.i)
-                    firsts.append(p)
-                elif p.t_last is not None:
-                    self.itl_x.append(t_end - p.t_last)
-                p.irregular = False
-                p.t_last = None
-                if (p.num_output_tokens >= p.max_tokens
-                        or p.num_prompt_tokens + p.num_output_tokens >= self.max_model_len):
-                    p.status = DONE
-                    done.append(p)
+        if self.pre:
+            still: list[Req] = []
+            firsts = []
+            max_model_len = self.max_model_len
+            for p in self.pre:
+                num_new_tokens = p.num_scheduled_tokens
+                if num_new_tokens <= 0:
+                    still.append(p)
+                    continue
+                p.num_scheduled_tokens = 0
+                p.num_computed_tokens += num_new_tokens
+                self.prompt_computed += num_new_tokens
+                if p.preempted:
+                    self.recomputed += num_new_tokens
+                if p.num_computed_tokens >= p.num_prompt_tokens + p.num_output_tokens:
+                    p.num_output_tokens += 1
+                    sampled += 1
+                    if p.t_first is None:
+                        p.t_first = t_end
+                        self.first_order.append(p.i)
+                        firsts.append(p)
+                    elif p.t_last is not None:
+                        self.itl_x.append(t_end - p.t_last)
+                    p.irregular = False
+                    p.t_last = None
+                    if (p.num_output_tokens >= p.max_tokens
+                            or p.num_prompt_tokens + p.num_output_tokens >= max_model_len):
+                        p.status = DONE
+                        done.append(p)
+                    else:
+                        self._add_decoder(p, p.num_computed_tokens)
                 else:
-                    self._add_decoder(p, p.num_computed_tokens)
-            else:
-                still.append(p)
-        self.pre = still
-        self.completed += len(done)
+                    still.append(p)
+            self.pre = still
+        num_done = len(done)
+        self.completed += num_done
         self.last_step_end = t_end
-        self.last_step_completed = len(done)
+        self.last_step_completed = num_done
         slots = self.slots
         fe = self.fe
         if fe is not None:  # the step's tokens go out through the API server (frontend.py)
             c = self._committed
-            if c < len(self.reqs) and (slots is not None or self.reqs[c].arrival <= t_end):
+            reqs = self.reqs
+            if c < len(reqs) and (slots is not None or reqs[c].arrival <= t_end):
                 self._commit_sends(t_end)
             if fe.waiting:
                 fe.advance(t_end)
-            fe.outputs(t_end, n_sched_dec + sampled, firsts, done)
+            streams = n_sched_dec + sampled
+            if fe.count == 1 and not fe.waiting and not firsts and not num_done:
+                # FrontEnd.outputs' common case inline (one API server, nothing queued, no stream
+                # starts or ends): the batch's place
+                s = fe.servers[0]
+                if s.tail_start <= t_end:
+                    start = t_end if t_end > s.busy else s.busy
+                    s.tail_start = start
+                    s.tail_end = s.busy = start + fe.chunk_s * streams
+            else:
+                fe.outputs(t_end, streams, firsts, done)
             self._fe_synced_at = t_end
+        if not num_done:
+            return
+        G = self.G
+        async_sched = self.async_sched
         for r in done:
             if r.status == DECODE:
-                r.num_computed_tokens = self.G + r.off  # tokens computed (the last sampled token has no KV yet)
+                r.num_computed_tokens = G + r.off  # tokens computed (the last sampled token has no KV yet)
                 r.num_output_tokens = r.num_computed_tokens + 1 - r.num_prompt_tokens
                 self._drop_decoder(r)
                 r.status = DONE
@@ -596,7 +624,7 @@ class Engine(DecodeBookkeeping, ClientSide):
             if slots is not None and fe is None:
                 heapq.heappush(slots, t_end + self._ovh)
                 self._in_flight -= 1
-            if self.async_sched:
+            if async_sched:
                 r.pending_free = True
                 self.pending.append(r)
             else:

@@ -157,6 +157,15 @@ class DecodeBookkeeping:
         if stop - G < 2:
             return 0
         prof_time, buckets, itl = self.profile.time, self.buckets, self.itl_w
+        # the step time's parts that do not change within the stretch (StepModel.decode_parts: the
+        # same floats as prof_time(n, n, kv, 0.0)); None: call the step model every step. Read from
+        # the instance itself: a wrapper that delegates attributes (serve_flag_costs) times steps
+        # its own way
+        decode_parts = getattr(self.profile, "__dict__", {}).get("decode_parts")
+        parts = decode_parts(n) if decode_parts is not None else None
+        if parts is not None:
+            gpu_base, kv_s, window, window_kv, cpu, overlap = parts
+            window_cap = n * window
         fe = self.fe
         # FrontEnd.outputs' common case inline (one API server, nothing queued): the batch's place
         fe_one = fe.servers[0] if fe is not None and fe.count == 1 else None
@@ -170,9 +179,12 @@ class DecodeBookkeeping:
         last_start, last_end = self._last_start, self._last_end
         async_sched, usable = self.async_sched, pool.usable
         max_steps = self.max_steps
+        steps_left = _INF if max_steps is None else max_steps - self.steps
         steps = 0
         free = pool.free
         owed = 0  # blocks taken by the stretch, handed to the pool in one go
+        # the step aggregates, kept here and written back (same additions in the same order)
+        busy_s, tokens_acc, next_sample = self.busy_s, self.step_tokens_acc, self.next_sample
         while G < stop:
             vis = last_start if (async_sched and last_end == t) else t
             if next_arrival <= vis:
@@ -180,10 +192,19 @@ class DecodeBookkeeping:
             b = len(buckets[(-G) % block_size])
             if b > free - owed:
                 break
-            if max_steps is not None and self.steps + steps >= max_steps:
+            if steps >= steps_left:
                 break
             owed += b
-            dt = prof_time(n, n, kv, 0.0)
+            if parts is None:
+                dt = prof_time(n, n, kv, 0.0)
+            else:
+                gpu = gpu_base + kv_s * kv
+                if window:
+                    gpu += window_kv * (kv if kv < window_cap else window_cap)
+                if overlap:
+                    dt = gpu if gpu > cpu else cpu
+                else:
+                    dt = gpu + cpu
             if not steps:
                 first_dt, first_kv = dt, kv
             itl.append((dt, n))
@@ -192,16 +213,18 @@ class DecodeBookkeeping:
             kv += n
             G += 1
             steps += 1
-            self.busy_s += dt
-            self.step_tokens_acc += n
-            if t >= self.next_sample:
+            busy_s += dt
+            tokens_acc += n
+            if t >= next_sample:
                 pool.take(owed)
                 free -= owed
                 owed = 0
                 self.G, self.t = G, t
+                self.step_tokens_acc = tokens_acc
                 while t >= self.next_sample:
                     self._sample(self.next_sample)
                     self.next_sample += self.interval
+                tokens_acc, next_sample = self.step_tokens_acc, self.next_sample
             if fe is not None:  # the API server's loop runs to the step's end, then takes its outputs
                 if next_send <= t:  # sends during this step queue ahead of its output batch
                     first_new = self._committed
@@ -228,6 +251,7 @@ class DecodeBookkeeping:
                 fe.outputs(t, n, (), ())
                 if self._handoff_seen:  # it handed a request on: the scheduler takes it in
                     break
+        self.busy_s, self.step_tokens_acc = busy_s, tokens_acc
         pool.take(owed)
         if steps:
             # the stretch's steps differ only by their KV read: sampled as its first step, weighted

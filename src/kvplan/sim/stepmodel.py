@@ -251,6 +251,30 @@ class StepModel:
                 return gpu if gpu > cpu else cpu
             return gpu + cpu
 
+        def decode_parts(num_seqs: int):
+            """``time(n, n, kv_read_tokens, 0.0)`` of a decode-only step of ``n`` sequences, split into
+            what does not depend on the KV read: ``(gpu_base, kv, window, window_kv, cpu, overlap)``,
+            whence the step is ``gpu = gpu_base + kv * kv_read_tokens`` (``+ window_kv * min(kv_read_tokens,
+            n * window)`` with a window), then ``max(gpu, cpu)`` with ``overlap``, else ``gpu + cpu`` -
+            the same operations in the same order as :meth:`time` (``gpu_base`` is its ``a + b + fixed``),
+            so the same floats. None when a term reads the step's features (call :meth:`time`)."""
+            if general or cpu_general:
+                return None
+            a = tok.get(num_seqs)
+            if a is None:
+                a = tok[num_seqs] = tokens_part(num_seqs)
+            b = seq.get(num_seqs)
+            if b is None:
+                b = seq[num_seqs] = seqs_part(num_seqs)
+            cpu = cpu_fixed + cpu_seq_s * num_seqs
+            if cpu_per_seq:
+                v = cpu_seq.get(num_seqs)
+                if v is None:
+                    v = cpu_seq[num_seqs] = _sum(fn(num_seqs) for fn in cpu_per_seq)
+                cpu += v
+            return a + b + fixed, kv, window, window_kv, cpu, overlap
+
+        object.__setattr__(self, "decode_parts", decode_parts)
         return time
 
     def step_time(self, f: StepFeatures) -> float:
