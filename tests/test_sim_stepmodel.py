@@ -182,3 +182,23 @@ def test_mla_decode_is_priced_by_its_flops_and_sparse_attention_reads_the_top_k_
     near, far = v32.time(8, 8, 8 * 2048, 0.0), v32.time(8, 8, 8 * 30_000, 0.0)
     indexer_only = v32.per_kv_token_s * 8 * (30_000 - 2048)
     assert far - near == pytest.approx(indexer_only, rel=1e-6)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(name=st.sampled_from(sorted(MODELS)), seqs=st.integers(1, 512), kv=st.integers(0, 3_000_000))
+@example(name="moe + sliding window", seqs=4, kv=3_000_000)  # past the window's cap
+@example(name="dense sync", seqs=256, kv=300_000)  # no overlap: gpu + cpu
+def test_a_decode_stretch_times_its_steps_with_the_same_floats_as_time(name, seqs, kv):
+    """The decode stretch (kvplan.sim.engine_kv) computes each step from ``decode_parts``: it must
+    give exactly ``time(n, n, kv, 0.0)``, or the simulator's numbers would depend on the path."""
+    m = MODELS[name]
+    parts = m.decode_parts(seqs)
+    if parts is None:  # a term reads the step's features: the stretch calls time() itself
+        return
+    gpu_base, kv_s, window, window_kv, cpu, overlap = parts
+    gpu = gpu_base + kv_s * kv
+    if window:
+        cap = seqs * window
+        gpu += window_kv * (kv if kv < cap else cap)
+    dt = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu
+    assert dt == m.time(seqs, seqs, kv, 0.0)
