@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_ui_security import ENV, REPO, UiProcess, raw_http
+from test_ui_security import ENV, REPO, UiProcess, raw_http, run
 
 #: a page-allowed simulation that runs about a minute of CPU: what a job that must be stopped runs
 HEAVY = ["--model", "llama3-8b", "--gpu", "H100", "--request-rate", "20", "--num-prompts", "100000",
@@ -26,17 +26,6 @@ HEAVY = ["--model", "llama3-8b", "--gpu", "H100", "--request-rate", "20", "--num
 PATIENCE_S = 60
 
 
-def run(coro_fn, **app_kw):
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from kvplan.ui.server import make_app
-
-    async def main():
-        server = TestServer(make_app(**app_kw), host="127.0.0.1", port=0)
-        async with TestClient(server) as client:
-            return await coro_fn(client)
-
-    return asyncio.run(main())
 
 
 async def until(check, what: str, limit: float = PATIENCE_S):

@@ -360,29 +360,21 @@ def _json_array(name: str, first, stream, limit: int) -> Iterator[Item]:
                 try:
                     value, end = decoder.raw_decode(buf, pos)
                     break
-                except RecursionError:  # skip the element by its brackets, go on with the next
-                    end = _skip_value(buf, pos)
-                    if end >= 0:
-                        break
+                except (RecursionError, json.JSONDecodeError) as exc:
+                    if isinstance(exc, RecursionError):  # skip the element by its brackets, go on with the next
+                        end = _skip_value(buf, pos)
+                        if end >= 0:
+                            break
+                        kind, text = "truncated_file", "the JSON array is not closed: the file ends early"
+                    else:
+                        kind, text = "malformed_json", f"not valid JSON: {exc.msg}; the rest of the file is skipped"
                     if len(buf) - pos > limit:
                         yield Item(name, start_line, "issue", issue=Issue(
                             name, start_line, "line_too_long", f"array element longer than {limit:,} bytes; "
                             "the rest of the file is skipped"))
                         return
                     if not more():
-                        yield Item(name, start_line, "issue", issue=Issue(
-                            name, start_line, "truncated_file", "the JSON array is not closed: the file ends early"))
-                        return
-                except json.JSONDecodeError as exc:
-                    if len(buf) - pos > limit:
-                        yield Item(name, start_line, "issue", issue=Issue(
-                            name, start_line, "line_too_long", f"array element longer than {limit:,} bytes; "
-                            "the rest of the file is skipped"))
-                        return
-                    if not more():
-                        yield Item(name, start_line, "issue", issue=Issue(
-                            name, start_line, "malformed_json", f"not valid JSON: {exc.msg}; the rest of the "
-                            "file is skipped"))
+                        yield Item(name, start_line, "issue", issue=Issue(name, start_line, kind, text))
                         return
             line += buf.count("\n", pos, end)
             pos = end
