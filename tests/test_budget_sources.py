@@ -333,6 +333,24 @@ def test_the_encoder_peak_is_charged_when_it_is_the_larger_one():
     assert v0[0] > v0[1] + 0.5  # 2.32 GiB: the float32 pixels and the RoPE-bound block
 
 
+def test_the_multimodal_rope_cache_holds_four_times_the_positions():
+    """``MRotaryEmbedding.__init__`` (read in the 0.9.2 wheel, rotary_embedding.py L1038, and 0.7.2 to
+    0.33.0): ``cache_max_position_num = max_position_embeddings * 4`` rows for an ``mrope_section``
+    config; 0.7.0 builds ``max_position_embeddings`` rows. Log 142 (Qwen2.5-VL-7B on an L4, the 0.9.2
+    code) prints "Model loading took 15.6271 GiB": the parameters and 4 x 128,000 x 128 x 2 B of cache."""
+    from kvplan.memory.budget import rope_cache_bytes
+    from kvplan.memory.semantics import semantics
+
+    spec = _qwen25_vl_7b()
+    assert semantics("0.9.2").mrope_cache_positions_factor == 4 == semantics("0.7.2").mrope_cache_positions_factor
+    assert semantics("0.7.0").mrope_cache_positions_factor == 1
+    assert rope_cache_bytes(spec, 2, 4) == 4 * 128000 * 128 * 2 == 4 * rope_cache_bytes(spec, 2)
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")  # no mrope_section: one row per position
+    assert rope_cache_bytes(llama, 2, 4) == rope_cache_bytes(llama, 2)
+    r = plan(PlanRequest(spec, find_gpu("L4"), vllm_version="0.9.2", max_model_len=2048), what_ifs=False)
+    assert abs(r.memory.weights_gib_per_gpu - 15.6271) < 0.005
+
+
 def test_the_plan_says_what_the_encoder_charged_and_only_when_it_estimates():
     spec, gpu = _qwen25_vl_7b(), find_gpu("L4")
     flags = dict(vllm_version="0.9.0", max_model_len=2048, max_num_batched_tokens=2048)

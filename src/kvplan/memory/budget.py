@@ -459,16 +459,20 @@ def rope_positions(spec: ModelSpec) -> int:
 _LOCAL_ROPE_MODEL_TYPES = frozenset({"gemma3", "gemma3_text"})
 
 
-def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
+def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2, mrope_factor: int = 1) -> int:
     """The cos/sin caches (``get_rope`` shares one between the layers that ask for the same rope):
     positions × rotary dim in the model dtype (``cache.to(dtype)`` in RotaryEmbedding.__init__).
     Gemma-3 builds two: the full layers' (scaled, :func:`rope_positions`) and the sliding layers'
-    over ``max_position_embeddings`` unscaled."""
+    over ``max_position_embeddings`` unscaled. A multimodal RoPE (an ``mrope_section`` in the rope
+    scaling: ``MRotaryEmbedding``) builds ``mrope_factor`` times the rows
+    (``VllmSemantics.mrope_cache_positions_factor``)."""
     if spec.is_mla:
         rot = spec.layers[0].mixer.qk_rope_head_dim  # type: ignore[union-attr]
     else:
         rot = spec.head_dim
     caches = rope_positions(spec) * rot * dtype_bytes
+    if "mrope_section" in (spec.rope_scaling or {}):
+        caches *= mrope_factor
     if spec.model_type in _LOCAL_ROPE_MODEL_TYPES or spec.raw_flag("rope_local_base_freq"):
         caches += int(spec.max_len_keys.get("max_position_embeddings") or rope_positions(spec)) * rot * dtype_bytes
     return caches
@@ -490,7 +494,7 @@ def estimate_budget(config: ResolvedConfig, stage: StageWeights, max_num_batched
     multi_gpu = config.world_size > 1
     last_stage = stage.stage == config.pipeline_parallel_size - 1
     requested = requested_bytes(total_bytes, gpu_memory_utilization, sem)
-    weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes)
+    weights = stage.bytes_per_rank + rope_cache_bytes(spec, dtype_bytes, sem.mrope_cache_positions_factor)
     if device == "cuda":  # what torch.cuda.memory_allocated counts for them (kvplan.memory.allocator)
         weights += rounding_bytes(stage.tensor_bytes)
     comm = NON_TORCH_COMM_BYTES if multi_gpu else 0

@@ -763,6 +763,17 @@ class VllmSemantics:
         ``v1/core/sched/scheduler.py``)."""
         return self.version >= (0, 19)
 
+    @property
+    def mrope_cache_positions_factor(self) -> int:
+        """Rows of the multimodal RoPE's cos/sin cache per ``max_position_embeddings`` position
+        (``MRotaryEmbedding.__init__``, for configs whose rope scaling names an ``mrope_section``:
+        Qwen2-VL, Qwen2.5-VL, Qwen3-VL): ``cache_max_position_num = max_position_embeddings * 4``
+        ("the maximum index value is related to the duration of the input video"), read in the 0.7.2,
+        0.7.3, 0.8.x, 0.9.0.1, 0.9.2, 0.10.1.1-0.19.0, 0.21.0-0.29.0 wheels and 0.33.0 (the default
+        ``positions_factor=4``); 0.6.4.post1-0.7.0 build ``max_position_embeddings`` rows (0.7.1 not
+        read: 0.7.0's rule)."""
+        return 4 if self.version >= (0, 7, 2) else 1
+
     def gib(self, nbytes: float) -> str:
         value = nbytes / (1 << 30)
         if self.format_gib_style == "round":
