@@ -56,13 +56,18 @@ def step_demand_blocks(c: "Candidate", max_prompt: int) -> int:
     return 2 * f.max_num_seqs + -(-f.max_num_batched_tokens // block_size) + -(-max_prompt // block_size) + 2
 
 
-def can_stand_for(source: "Candidate", runs: Sequence["ShareOutcome"], target: "Candidate", max_prompt: int) -> bool:
-    """True when the runs of ``source`` are, step for step, what ``target`` would do."""
+def can_stand_for(source: "Candidate", runs: Sequence["ShareOutcome"], target: "Candidate", max_prompt: int,
+                  judge_saturation: bool = True) -> bool:
+    """True when the runs of ``source`` are, step for step, what ``target`` would do, and (with
+    ``judge_saturation``) their saturation verdict is too: a verdict that weighed the completion
+    ceiling does not carry over, the ceiling's burst fills max_num_seqs and the KV cache."""
     if target.plan.flags.max_num_seqs < source.plan.flags.max_num_seqs:
         return False
     usable = target.plan.kv.usable_blocks
     for run in runs:
         if run.max_waiting or run.preemptions or run.kv_rejections:
+            return False
+        if judge_saturation and run.ceiling_measured:
             return False
         if run.kv_peak_blocks + step_demand_blocks(target, max_prompt) > usable:
             return False

@@ -330,7 +330,7 @@ def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpac
                 skipped += len(level) - len(level_kept)
                 level = level_kept
             outcomes, reused = _simulate_level(runner, level, base, profile, all_replicas, reuse and not prefixes,
-                                               max_prompt)
+                                               max_prompt, judge_saturation)
             rows.extend(_row(c, outcomes[c.index], slos, limits, lat_key, objective,
                              reused[c.index].label() if c.index in reused else None, judge_saturation)
                         for c in level)
@@ -415,7 +415,8 @@ def _clocks(cands, base, profile) -> dict:
 
 
 def _simulate_level(runner: Runner, level: list[Candidate], base, profile, all_replicas: bool, reuse: bool,
-                    max_prompt: int) -> tuple[dict[int, list[ShareOutcome]], dict[int, Candidate]]:
+                    max_prompt: int, judge_saturation: bool = True,
+                    ) -> tuple[dict[int, list[ShareOutcome]], dict[int, Candidate]]:
     """Simulate one GPU count's configurations. With ``reuse``, in rounds: each family's smallest
     unresolved member (fewest sequences, then blocks) is simulated, then every member its run stands
     for takes that run. Returns the runs by candidate index, and which candidates took another's."""
@@ -450,7 +451,7 @@ def _simulate_level(runner: Runner, level: list[Candidate], base, profile, all_r
         for src, *rest in pending:
             left = []
             for c in rest:
-                if can_stand_for(src, outcomes[src.index], c, max_prompt):
+                if can_stand_for(src, outcomes[src.index], c, max_prompt, judge_saturation):
                     outcomes[c.index] = outcomes[src.index]
                     reused[c.index] = src
                 else:

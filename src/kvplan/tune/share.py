@@ -41,6 +41,9 @@ class ShareOutcome:
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
     saturated: Optional[bool] = None  # the simulator's verdict on the replica's backlog (None: trace too short)
     saturation_reason: str = ""  # the detector's own words (why it could or could not judge)
+    #: the verdict weighed the completion ceiling: a burst that fills max_num_seqs and the KV cache,
+    #: so it depends on limits the trace itself may never reach (the reuse rule must not assume it)
+    ceiling_measured: bool = False
     replicas: int = 1  # the replicas this outcome covers (the whole fleet when the balancer reads their state)
 
 
@@ -154,4 +157,5 @@ def outcome_of(result, trace) -> ShareOutcome:
         kv_peak_blocks=peak, kv_rejections=int(result.rejected_reasons.get("exceeds_kv_cache", 0)),
         saturated=(result.saturation or {}).get("saturated"),
         saturation_reason=str((result.saturation or {}).get("reason") or ""),
+        ceiling_measured=(result.saturation or {}).get("ceiling_rps") is not None,
     )
