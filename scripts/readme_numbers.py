@@ -154,6 +154,9 @@ def tune_answers(slow: bool) -> dict:
         for name, args in (("scenario", TUNE_SCENARIO), ("wide", TUNE_WIDE)):
             d = run_json(*args)
             w = d.get("winner") or {}
+            if not w:  # the prose says "answers N GPUs": a search without a winner needs the text changed
+                raise SystemExit(f"readme_numbers: `kvplan {' '.join(args)}` found no configuration that meets "
+                                 "the SLO; README.md's tune prose needs rewriting before its numbers can be")
             f = w.get("flags") or {}
             stored[name] = {"command": "kvplan " + " ".join(args), "gpus": w.get("gpus"), "gpu": f.get("gpu"),
                             "tp": f.get("tensor_parallel_size"), "dp": f.get("data_parallel_size"),
