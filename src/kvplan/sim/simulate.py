@@ -79,18 +79,12 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
     ``plan_result``: the request's resolved engine (:class:`~kvplan.memory.engine_spec.EngineSpec`),
     or the plan result that carries it; None: the request is planned here. The simulation reads
     the engine spec only, never the plan's report."""
-    if enable_prefix_caching is None:
-        enable_prefix_caching = request.enable_prefix_caching is not False
-    if long_prefill_token_threshold is None:
-        long_prefill_token_threshold = request.long_prefill_token_threshold or 0
-    if async_scheduling is None:
-        async_scheduling = request.async_scheduling
+    enable_prefix_caching, long_prefill_token_threshold, async_scheduling, enable_expert_parallel = _request_flags(
+        request, enable_prefix_caching, long_prefill_token_threshold, async_scheduling, enable_expert_parallel)
     if load_balancer is None:
         from .balancer import parse_balancer
 
         load_balancer = parse_balancer(request.load_balancer)
-    if enable_expert_parallel is None:
-        enable_expert_parallel = bool(request.enable_expert_parallel)
     if spec_acceptance is None:
         spec_acceptance = request.spec_acceptance
     if active_loras is None:
@@ -196,14 +190,8 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
     from .engine_config import EngineConfig, engine_spec_of
 
     spec = engine_spec_of(request, plan_result)
-    if enable_prefix_caching is None:
-        enable_prefix_caching = request.enable_prefix_caching is not False
-    if long_prefill_token_threshold is None:
-        long_prefill_token_threshold = request.long_prefill_token_threshold or 0
-    if async_scheduling is None:
-        async_scheduling = request.async_scheduling
-    if enable_expert_parallel is None:
-        enable_expert_parallel = bool(request.enable_expert_parallel)
+    enable_prefix_caching, long_prefill_token_threshold, async_scheduling, enable_expert_parallel = _request_flags(
+        request, enable_prefix_caching, long_prefill_token_threshold, async_scheduling, enable_expert_parallel)
     if async_scheduling is None or reserve_full_prompt is None:
         cfg = EngineConfig.from_spec(spec, async_scheduling=async_scheduling, expert_parallel=enable_expert_parallel)
         async_scheduling = cfg.async_scheduling
@@ -219,6 +207,21 @@ def replica_engine_maker(request, plan_result, profile, *, enable_prefix_caching
                       max_steps=max_steps, max_concurrency=max_concurrency, reserve_full_prompt=reserve_full_prompt,
                       front_end=front_end, warm_prefixes=warm if enable_prefix_caching else ())
     return make_engine
+
+
+def _request_flags(request, enable_prefix_caching, long_prefill_token_threshold, async_scheduling,
+                   enable_expert_parallel) -> tuple:
+    """The scheduler's flags not given here, as the request states them (async scheduling may stay
+    None: the vLLM version's default, EngineConfig's to decide)."""
+    if enable_prefix_caching is None:
+        enable_prefix_caching = request.enable_prefix_caching is not False
+    if long_prefill_token_threshold is None:
+        long_prefill_token_threshold = request.long_prefill_token_threshold or 0
+    if async_scheduling is None:
+        async_scheduling = request.async_scheduling
+    if enable_expert_parallel is None:
+        enable_expert_parallel = bool(request.enable_expert_parallel)
+    return enable_prefix_caching, long_prefill_token_threshold, async_scheduling, enable_expert_parallel
 
 
 def _version_of(request) -> tuple:
