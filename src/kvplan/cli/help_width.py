@@ -13,6 +13,25 @@ from __future__ import annotations
 WIDE = 120
 
 
+def install_on_help() -> None:
+    """Install :func:`install` the first time typer formats a help page, not at import: typer's
+    rich help module imports rich's markdown, pretty and traceback (about 60 ms), which a command
+    that prints no help (``kvplan plan``) should not pay for."""
+    from typer.core import TyperCommand, TyperGroup
+
+    for cls in (TyperCommand, TyperGroup):
+        original = cls.format_help
+        if getattr(original, "_kvplan_narrow", False):
+            continue
+
+        def format_help(self, ctx, formatter, _original=original):
+            install()
+            return _original(self, ctx, formatter)
+
+        format_help._kvplan_narrow = True  # type: ignore[attr-defined]
+        cls.format_help = format_help
+
+
 def install() -> None:
     """Replace typer's options panel with :func:`_options_panel` (once)."""
     from typer import rich_utils

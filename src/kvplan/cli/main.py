@@ -44,7 +44,7 @@ def _flags_take_no_value() -> None:
 
 
 _flags_take_no_value()
-_help_width.install()  # --help readable at 80 columns: names never cut, the help under them
+_help_width.install_on_help()  # --help readable at 80 columns: names never cut, the help under them
 _aliases.install()  # one option given twice with different values (-tp 2 --tensor-parallel-size 4) is refused
 
 
