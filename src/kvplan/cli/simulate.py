@@ -4,7 +4,8 @@ preemptions, queue and KV usage over time. Thin: parse, call :func:`kvplan.sim.r
 (which the page calls too), render.
 
 Only typer and the standard library at module level (``kvplan plan`` must start fast).
-Exit codes: 0 done (and every ``--slo`` met); 1 an SLO is missed, or the plan does not start
+Exit codes: 0 done (and every ``--slo`` met); 1 an SLO is missed, the run is too short to judge its
+backlog against one, or the plan does not start
 (vLLM's own error text); 2 usage errors.
 """
 from __future__ import annotations

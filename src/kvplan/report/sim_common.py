@@ -135,18 +135,35 @@ def latency_rows(d: dict) -> list[list[str]]:
     return out
 
 
+#: the verdict's one word per state (``SimResult.state``), for the title of every renderer
+VERDICT_WORDS = {"no_slo": "", "met": "SLO met", "missed": "SLO MISSED",
+                 "not_judged": "SLO NOT JUDGED (trace too short)"}
+
+
+def verdict_word(d: dict) -> str:
+    v = d["verdict"]
+    if any(c["name"] == "completed_requests" for c in v["checks"]):
+        return "NO REQUEST COMPLETED"
+    return VERDICT_WORDS[v.get("state") or ("no_slo" if not v["checks"] else "met" if v["passed"] else "missed")]
+
+
 def check_rows(d: dict) -> list[list[str]]:
     rows = []
     for c in d["verdict"]["checks"]:
         val = c["value"]
         name = c["name"]
+        status = "ok" if c["passed"] else "MISSED"
         if name in ("error_rate", "goodput_ratio"):
             shown, lim = num(val, "{:.2%}"), num(c["limit"], "{:.2%}")
         elif name == "completed_requests":
             shown, lim = f"{val:,}", f"at least {c['limit']:,}"
+        elif name == "not_saturated":
+            shown, lim = "saturated", "a bounded backlog"
+        elif name == "saturation_judged":
+            shown, lim, status = "still filling", "a judged backlog", "NOT JUDGED"
         else:
             shown, lim = duration(val), duration(c["limit"])
-        rows.append([name, shown, lim, "ok" if c["passed"] else "MISSED"])
+        rows.append([name, shown, lim, status])
     return rows
 
 

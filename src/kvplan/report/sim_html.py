@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from . import bench_svg
-from .sim_common import LAT_COLS, capacity_rows, check_rows, headline, latency_rows
+from .sim_common import LAT_COLS, capacity_rows, check_rows, headline, latency_rows, verdict_word
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
@@ -59,8 +59,8 @@ def charts(d: dict) -> str:
 def render_html(d: dict) -> str:
     v = d.get("verdict") or {}
     ok = v.get("passed", True)
-    word = "" if not v.get("checks") else (" <span class='pass'>SLO met</span>" if ok
-                                           else " <span class='fail'>SLO MISSED</span>")
+    said = verdict_word(d)
+    word = f" <span class='{'pass' if ok else 'fail'}'>{_e(said)}</span>" if said else ""
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
            f"<title>kvplan simulate: {_e(d['config'].get('model'))}</title><style>{_CSS}</style></head><body>",
            f"<h1>kvplan simulate{word}</h1><table>"]

@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .sim_common import LAT_COLS, capacity_rows, check_rows, headline, latency_rows
+from .sim_common import LAT_COLS, capacity_rows, check_rows, headline, latency_rows, verdict_word
 
 
 def render_table(d: dict, console: Optional[Console] = None) -> None:
@@ -17,10 +17,9 @@ def render_table(d: dict, console: Optional[Console] = None) -> None:
     for k, v in headline(d):
         head.add_row(k, Text(v))
     passed = d["verdict"]["passed"]
-    title = "kvplan simulate" + ("" if not d["verdict"]["checks"] else (": SLO met" if passed else ": SLO MISSED"))
-    if any(c["name"] == "completed_requests" for c in d["verdict"]["checks"]):
-        title = "kvplan simulate: NO REQUEST COMPLETED"
-    c.print(Panel(head, title=title, border_style="green" if passed else "red", expand=False))
+    word = verdict_word(d)
+    title = "kvplan simulate" + (f": {word}" if word else "")
+    c.print(Panel(head, title=title, border_style="green" if passed else "yellow" if d["verdict"].get("state") == "not_judged" else "red", expand=False))
     lat = Table(title="predicted latency", show_edge=False)
     lat.add_column("metric", no_wrap=True)
     for col in LAT_COLS + ("n",):

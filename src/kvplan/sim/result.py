@@ -94,6 +94,17 @@ class SimResult:
     def passed(self) -> bool:
         return all(c["passed"] for c in self.checks)
 
+    @property
+    def state(self) -> str:
+        """The verdict in one word, for every renderer: ``no_slo``; ``met``; ``not_judged`` (every
+        SLO passes on this trace, but its backlog could not be judged: too short); ``missed``."""
+        if not self.checks:
+            return "no_slo"
+        failed = {c["name"] for c in self.checks if not c["passed"]}
+        if not failed:
+            return "met"
+        return "not_judged" if failed == {"saturation_judged"} else "missed"
+
     def metric(self, key: str) -> Optional[float]:
         """``ttft_p99`` -> the value; ``error_rate`` / ``goodput_ratio`` too (SLO keys)."""
         if key == "error_rate":
@@ -106,7 +117,7 @@ class SimResult:
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, "kind": "kvplan.simulate", **dict(self.meta),
              "config": dict(self.config), "trace": dict(self.trace),
-             "verdict": {"passed": self.passed, "checks": [dict(c) for c in self.checks]},
+             "verdict": {"passed": self.passed, "state": self.state, "checks": [dict(c) for c in self.checks]},
              "requests": dict(self.requests), "tokens": dict(self.tokens),
              "latency_s": {k: dict(v) for k, v in self.latency_s.items()},
              "throughput": dict(self.throughput), "preemptions": self.preemptions, "rejected": self.rejected,

@@ -38,6 +38,47 @@ FAR_BELOW = 0.5
 MIN_WINDOW_ARRIVALS = 30
 
 
+# A trace judges a configuration when its arrivals span several of that configuration's E2E times
+# (the second half of the arrivals must start after the engine filled, one median E2E in, and then
+# a fifth of the span must remain to fit a slope): five median E2Es leave margin.
+JUDGE_E2E_SPANS = 5.0
+DERIVED_ROUND = 500  # lengths derived from it are rounded up to a multiple of this
+
+
+def requests_to_judge_at(rate: Optional[float], e2e_median: float) -> Optional[int]:
+    """Requests at ``rate`` whose arrivals span :data:`JUDGE_E2E_SPANS` median E2Es, rounded up to
+    :data:`DERIVED_ROUND` (None without a rate or an E2E): the length ``tune`` derives for a run
+    too short to judge, and the one ``simulate`` proposes."""
+    if not rate or e2e_median <= 0:
+        return None
+    n = math.ceil(rate * JUDGE_E2E_SPANS * e2e_median)
+    return -(-n // DERIVED_ROUND) * DERIVED_ROUND
+
+
+def is_finite_benchmark(trace) -> bool:
+    """A closed loop (at most ``max_concurrency`` in flight: the backlog waits in the client) or a
+    burst (every request at one instant): the saturation detector's open-loop question (does a
+    backlog grow at this rate?) does not apply; the result is the benchmark itself."""
+    reqs = trace.requests
+    burst = len(reqs) > 1 and reqs[-1].arrival_s <= reqs[0].arrival_s
+    return bool(getattr(trace, "max_concurrency", None)) or burst
+
+
+def steady_state_checks(saturated: Optional[bool], reason: str = "") -> tuple:
+    """The checks an open-loop run with an SLO adds for its backlog, the one rule ``simulate`` and
+    ``tune`` share: a saturated run misses every SLO once its trace is long enough, whatever this
+    trace's percentiles say (``not_saturated`` fails); a run too short to judge cannot meet one either,
+    since its percentiles may be optimistic (``saturation_judged`` fails, the reason says which trace
+    judges it). A bounded run adds nothing."""
+    from ..slo import Check
+
+    if saturated:
+        return (Check("not_saturated", False, 1.0, 0.0, note=reason),)
+    if saturated is None:
+        return (Check("saturation_judged", False, 0.0, 1.0, note=reason),)
+    return ()
+
+
 def _r(x: Optional[float]) -> Optional[float]:
     return None if x is None else round(x, 6)
 

@@ -171,6 +171,23 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
                                      front_end=lambda: front_end_for(prof, engine_cfg, trace))
         if ceiling is not None:
             changes["saturation"] = saturation(engine, trace, ceiling_rps=ceiling * dp)
+    sat = changes.get("saturation", result.saturation)
+    from .saturation import is_finite_benchmark, requests_to_judge_at, steady_state_checks
+
+    if result.checks and not is_finite_benchmark(trace) \
+            and not any(c["name"] == "completed_requests" for c in result.checks):
+        # tune's rule: an open-loop run meets its SLO only when its backlog is judged bounded (a
+        # burst, or a closed loop, has no steady state to judge: its percentiles are the answer)
+        reason = sat.get("reason") or ""
+        if sat.get("saturated") is None:
+            want = requests_to_judge_at(sat.get("offered_rate"), (result.latency_s.get("e2e") or {}).get("p50") or 0.0)
+            if want is not None and want > len(trace.requests):
+                reason += f"; about {want:,} requests at this rate judge it (--num-requests {want})"
+        extra = steady_state_checks(sat.get("saturated"), reason)
+        if extra:
+            changes["checks"] = result.checks + tuple(
+                {"name": c.name, "passed": c.passed, "value": c.value, "limit": c.limit, "reason": c.note}
+                for c in extra)
     if changes:
         import dataclasses
 

@@ -23,6 +23,7 @@ from .reuse import can_stand_for, family_key, trace_shares_prefixes
 from ..slo import Check, count_good, goodput_limits, judge
 from .rank import check_dict, closeness, pareto_front, pareto_latency_key, rank_key
 from .share import ShareOutcome, combine_shares, simulate_share
+from ..sim.saturation import is_finite_benchmark, requests_to_judge_at, steady_state_checks
 from .space import (DEFAULT_LEN_MULTIPLE, OBJECTIVES, Candidate, Pruned, TuneSpace, coverage_info, expand,
                          recommended_max_model_len)
 
@@ -152,12 +153,7 @@ class TuneResult:
         return out
 
 
-# A trace judges a configuration when its arrivals span several of that configuration's E2E times
-# (the saturation detector needs the second half of the arrivals to start after the engine filled,
-# one median E2E in, and then a fifth of the span to fit a slope): five median E2Es leave margin.
-JUDGE_E2E_SPANS = 5.0
 MAX_DERIVED_REQUESTS = 20_000  # the longest trace a derived length grows to (simulation cost)
-DERIVED_ROUND = 500  # derived lengths are rounded up to a multiple of this
 
 
 def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
@@ -173,8 +169,8 @@ def tune(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace 
     the same traffic with ``n`` requests; the CLI passes it when the user did not choose the
     length) the length is derived from the configurations instead: while some unjudged row would
     otherwise meet the SLOs and rank above the winner, the whole search runs again on a trace whose
-    arrivals span :data:`JUDGE_E2E_SPANS` times the slowest such row's median E2E (at least twice
-    as many requests, rounded up to :data:`DERIVED_ROUND`, at most :data:`MAX_DERIVED_REQUESTS`).
+    arrivals span :data:`kvplan.sim.saturation.JUDGE_E2E_SPANS` times the slowest such row's median E2E (at least twice
+    as many requests, rounded up to its :data:`~kvplan.sim.saturation.DERIVED_ROUND`, at most :data:`MAX_DERIVED_REQUESTS`).
     Every row of the result comes from the same (last) trace.
 
     ``judge_saturation=False`` (API only; the CLI never turns it off) ranks on the trace's
@@ -231,10 +227,7 @@ def requests_to_judge(trace, rows: Sequence[TuneRow]) -> Optional[int]:
     span = _span(trace)
     rate = (len(trace.requests) - 1) / span if span > 0 else None
     e2e = max((r.metric("e2e_p50") or 0.0 for r in rows), default=0.0)
-    if not rate or e2e <= 0:
-        return None
-    n = math.ceil(rate * JUDGE_E2E_SPANS * e2e)
-    return -(-n // DERIVED_ROUND) * DERIVED_ROUND
+    return requests_to_judge_at(rate, e2e)
 
 
 def _span(trace) -> float:
@@ -268,15 +261,6 @@ def _with_length_notes(result: TuneResult, trace, rounds: list[dict], *, derived
         notes.append(f"{len(unjudged)} configuration(s) could not be judged for saturation ({ranks}) and cannot "
                      f"win: {why}; {tail}")
     return replace(result, trace=info, notes=tuple(notes), elapsed_s=elapsed)
-
-
-def is_finite_benchmark(trace) -> bool:
-    """A closed loop (at most ``max_concurrency`` in flight: the backlog waits in the client) or a
-    burst (every request at one instant): the saturation detector's open-loop question (does a
-    backlog grow at this rate?) does not apply; the result is the benchmark itself."""
-    reqs = trace.requests
-    burst = len(reqs) > 1 and reqs[-1].arrival_s <= reqs[0].arrival_s
-    return bool(getattr(trace, "max_concurrency", None)) or burst
 
 
 def search(base: "PlanRequest", trace, slos: Sequence["Slo"], *, space: TuneSpace = TuneSpace(),
@@ -509,14 +493,10 @@ def _row(c: Candidate, shares: list[ShareOutcome], slos, limits, lat_key: str,
     goodput = good / window * scale if window > 0 else 0.0
     error_rate = fleet.failed / total if total else None
     checks = judge(slos, latency=fleet.latency, error_rate=error_rate, goodput_ratio=good / total if total else None)
-    if fleet.saturated and judge_saturation:
-        # A backlog that grows without bound misses every SLO once the trace is long enough,
-        # whatever this trace's percentiles say: the configuration does not carry the rate.
-        checks = checks + (Check("not_saturated", False, 1.0, 0.0),)
-    elif fleet.saturated is None and judge_saturation:
-        # The trace ended while the engine still filled: its percentiles may be optimistic, so the
-        # row cannot meet the SLOs (tune() derives a longer trace, or the notes say which to use).
-        checks = checks + (Check("saturation_judged", False, 0.0, 1.0),)
+    if judge_saturation:
+        # simulate's rule too: a saturated or unjudged row cannot meet the SLOs (tune() derives a
+        # longer trace for an unjudged contender, or the notes say which to use)
+        checks = checks + steady_state_checks(fleet.saturated)
     meets = all(ch.passed for ch in checks)
     miss = closeness(checks)
     gpus = c.gpus

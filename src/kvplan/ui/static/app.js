@@ -574,7 +574,9 @@ function renderSim(d) {
   v.className = "verdict " + (d.verdict.passed ? "ok" : "bad");
   v.dataset.passed = String(d.verdict.passed);
   const sat = d.saturation || {};
-  v.append(el("div", {}, d.verdict.checks.length ? (d.verdict.passed ? "Every SLO is met" : "An SLO is missed") : "No SLO given"
+  const said = { met: "Every SLO is met", missed: "An SLO is missed", no_slo: "No SLO given",
+    not_judged: "Not judged: every SLO holds on this trace, but it is too short to judge the backlog" };
+  v.append(el("div", {}, (said[d.verdict.state] || (d.verdict.passed ? said.met : said.missed))
     + (sat.saturated ? ": the server is saturated" : "")));
   if (d.verdict.checks.length) {
     const ul = el("ul", { class: "checks" });
