@@ -21,13 +21,42 @@ its saved result JSON (``serve.py``'s ``calculate_metrics`` / ``benchmark``, 0.1
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..quantiles import percentile
+from ..runs.sections import LatencyStats
+from .engine_kv import DONE
 
 
-def _stats(xs: list, name: str, out: dict) -> None:
-    s = sorted(xs)
+class ClientLatencies(NamedTuple):
+    """What the clients measure, per completed request (``done``), in seconds with the API server's
+    latency (``overhead_s``) added: TTFT, TPOT (requests with more than one output token) and E2E,
+    in request order and sorted; the ITL as (gap, count) pairs and their statistics. Computed once
+    for the result's latency section and bench's figures (a million-request run sorts each once)."""
+
+    done: list
+    ttft: list
+    tpot: list
+    e2e: list
+    ttft_sorted: list
+    tpot_sorted: list
+    e2e_sorted: list
+    itl_pairs: list
+    itl: LatencyStats
+
+    @classmethod
+    def of(cls, engine, overhead_s: float) -> "ClientLatencies":
+        done = [r for r in engine.reqs if r.status == DONE]
+        ttft = [r.t_first - r.arrival + overhead_s for r in done]
+        e2e = [r.t_end - r.arrival + overhead_s for r in done]
+        tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
+        itl_pairs = list(engine.itl_w) + [(x, 1) for x in engine.itl_x]
+        return cls(done, ttft, tpot, e2e, sorted(ttft), sorted(tpot), sorted(e2e), itl_pairs,
+                   LatencyStats.of_weighted(itl_pairs))
+
+
+def _stats(s: list, name: str, out: dict) -> None:
+    """bench's mean, median, std and P99 of samples in ascending order."""
     n = len(s)
     mean = math.fsum(s) / n if n else 0.0
     var = math.fsum((x - mean) ** 2 for x in s) / n if n else 0.0
@@ -37,10 +66,8 @@ def _stats(xs: list, name: str, out: dict) -> None:
     out[f"p99_{name}_ms"] = _ms(percentile(s, 99.0) or 0.0)
 
 
-def _weighted_stats(pairs: list, name: str, out: dict) -> None:
-    from .result import summarize_weighted
-
-    summ = summarize_weighted(pairs)
+def _weighted_stats(pairs: list, summ: LatencyStats, name: str, out: dict) -> None:
+    """The same of (value, count) pairs, whose :class:`LatencyStats` is ``summ``."""
     n = summ["count"]
     if not n:
         for k in ("mean", "median", "std", "p99"):
@@ -48,7 +75,7 @@ def _weighted_stats(pairs: list, name: str, out: dict) -> None:
         return
     mean = summ["mean"]
     var = math.fsum(c * (v - mean) ** 2 for v, c in pairs) / n
-    # the median: summarize_weighted's p50
+    # the median: the weighted statistics' p50
     out[f"mean_{name}_ms"] = _ms(mean)
     out[f"median_{name}_ms"] = _ms(summ["p50"])
     out[f"std_{name}_ms"] = _ms(math.sqrt(var))
@@ -59,13 +86,14 @@ def _ms(x: Optional[float]) -> float:
     return round((x or 0.0) * 1000.0, 4)
 
 
-def bench_summary(engine, trace, overhead_s: float) -> dict:
-    """The ``vllm bench serve`` result of a simulated run (keys as its result JSON)."""
-    from .engine_kv import DONE
-
+def bench_summary(engine, trace, overhead_s: float, latencies: Optional[ClientLatencies] = None) -> dict:
+    """The ``vllm bench serve`` result of a simulated run (keys as its result JSON); ``latencies``:
+    the run's :class:`ClientLatencies` when the caller has them."""
+    if latencies is None:
+        latencies = ClientLatencies.of(engine, overhead_s)
     reqs = engine.reqs
     client = [getattr(r, "client_prompt_tokens", None) for r in trace.requests]
-    done = [r for r in reqs if r.status == DONE]
+    done = latencies.done
     ends = [r.t_end + overhead_s for r in done]
     failed_at = [r.arrival for r in reqs if r.status != DONE and math.isfinite(r.arrival)]
     duration = max(ends + failed_at, default=0.0)
@@ -81,13 +109,10 @@ def bench_summary(engine, trace, overhead_s: float) -> dict:
     out["request_throughput"] = _rate(len(done), d)
     out["output_throughput"] = _rate(total_out, d)
     out["total_token_throughput"] = _rate(total_in + total_out, d)
-    ttft = [r.t_first - r.arrival + overhead_s for r in done]
-    e2e = [r.t_end - r.arrival + overhead_s for r in done]
-    tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
-    _stats(ttft, "ttft", out)
-    _stats(tpot, "tpot", out)
-    _weighted_stats(list(engine.itl_w) + [(x, 1) for x in engine.itl_x], "itl", out)
-    _stats(e2e, "e2el", out)
+    _stats(latencies.ttft_sorted, "ttft", out)
+    _stats(latencies.tpot_sorted, "tpot", out)
+    _weighted_stats(latencies.itl_pairs, latencies.itl, "itl", out)
+    _stats(latencies.e2e_sorted, "e2el", out)
     peak_req, peak_tok = _peaks(done, overhead_s)
     out["max_concurrent_requests"] = peak_req
     out["max_output_tokens_per_s"] = peak_tok
@@ -109,24 +134,30 @@ def _peaks(done: list, overhead_s: float) -> tuple[int, float]:
     active = [0] * (nb + 1)
     tokens = [0.0] * (nb + 1)
     rate_diff = [0.0] * (nb + 2)
-    for r in done:
-        a = int(r.arrival - t0)
-        b = int(r.t_end + overhead_s - t0)
-        active[a] += 1
-        active[min(b + 1, nb)] -= 1
+    last_bucket = nb - 1
+    for r in done:  # (min() spelt as comparisons: a million requests pass here)
+        end = r.t_end + overhead_s - t0
+        b = int(end) + 1
+        active[int(r.arrival - t0)] += 1
+        active[b if b < nb else nb] -= 1
         k = r.num_output_tokens
         if k <= 0:
             continue
         first = r.t_first + overhead_s - t0
-        end = r.t_end + overhead_s - t0
-        fb, eb = int(first), min(int(end), nb - 1)
-        tokens[min(fb, nb - 1)] += 1
+        fb = int(first)
+        eb = int(end)
+        if eb > last_bucket:
+            eb = last_bucket
+        first_bucket = fb if fb < last_bucket else last_bucket
         if k < 2:
+            tokens[first_bucket] += 1
             continue
         span = end - first
         if span <= 0 or eb <= fb:
-            tokens[min(fb, nb - 1)] += k - 1
+            tokens[first_bucket] += 1
+            tokens[first_bucket] += k - 1
             continue
+        tokens[first_bucket] += 1
         rate = (k - 1) / span
         tokens[fb] += (fb + 1 - first) * rate
         tokens[eb] += (end - eb) * rate

@@ -104,20 +104,23 @@ def verdict(reqs: Sequence, timeline: Sequence[dict], interval: float, max_waiti
     base = {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
             "in_system_slope_per_s": None, "max_waiting": max_waiting, "max_sustainable_rate_estimate": None,
             "window": None, "drain_s": None, "ceiling_rps": _r(ceiling_rps), "needs_ceiling": False}
-    arrivals = sorted(r.arrival for r in reqs if math.isfinite(r.arrival))
+    isfinite = math.isfinite
+    arrivals = sorted([r.arrival for r in reqs if isfinite(r.arrival)])
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
         return dict(base, reason="too few arrivals to judge")
-    done_ends = sorted(r.t_end for r in reqs if r.status == DONE)
+    done = [r for r in reqs if r.status == DONE]
+    done_ends = sorted([r.t_end for r in done])
     if not done_ends:
         return dict(base, reason="no request completed (every one was rejected): nothing to judge")
     a0, a1 = arrivals[0], arrivals[-1]
     offered = (len(arrivals) - 1) / (a1 - a0)
-    e2e = sorted(r.t_end - r.arrival for r in reqs if r.status == DONE)
+    e2e_by_request = [r.t_end - r.arrival for r in done]
+    e2e = sorted(e2e_by_request)
     # the engine has filled once the slow requests of the first wave are done: with a long tail of
     # output lengths that is nearer the E2E's P90 than its median
     filling = e2e[min(len(e2e) - 1, (9 * len(e2e)) // 10)]
     mid = a0 + (a1 - a0) / 2
-    early = [r.t_end - r.arrival for r in reqs if r.status == DONE and r.arrival < mid]
+    early = [x for r, x in zip(done, e2e_by_request) if r.arrival < mid]
     stable_drain = max(early) if early else filling
     start = max(mid, a0 + filling)
     window = a1 - start

@@ -254,22 +254,22 @@ def _trace_seed(trace) -> int:
 
 def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTimeProfile, slo: Sequence = (),
                  per_request: bool = False, notes: tuple = (), vllm_semantics: str = "") -> SimResult:
+    from .bench_summary import ClientLatencies, bench_summary
+
     reqs = engine.reqs
-    done = [r for r in reqs if r.status == DONE]
-    total = len(reqs)
-    unfinished = total - len(done) - engine.rejected
     # The API server's own latency per request (HTTP, tokenization, detokenization; fitted by
     # `kvplan calibrate` as request_overhead_s) is outside the engine: the client sees it on top
     # of the engine's first token and last token, so it is added to TTFT and E2E, not to TPOT.
     ovh = profile.request_overhead_s
-    ttft = [r.t_first - r.arrival + ovh for r in done]
-    e2e = [r.t_end - r.arrival + ovh for r in done]
-    tpot = [(r.t_end - r.t_first) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1]
+    client = ClientLatencies.of(engine, ovh)
+    done, ttft, e2e, tpot = client.done, client.ttft, client.e2e, client.tpot
+    total = len(reqs)
+    unfinished = total - len(done) - engine.rejected
     queue = [r.t_sched - r.arrival for r in done if r.t_sched is not None]
-    stats = LatencyStats.of
-    latency = {"ttft": stats(ttft, tail=True), "tpot": stats(tpot, tail=True),
-               "itl": LatencyStats.of_weighted(list(engine.itl_w) + [(x, 1) for x in engine.itl_x]),
-               "e2e": stats(e2e, tail=True), "queue": stats(queue, tail=True)}
+    stats = LatencyStats.of_sorted
+    latency = {"ttft": stats(client.ttft_sorted, tail=True), "tpot": stats(client.tpot_sorted, tail=True),
+               "itl": client.itl, "e2e": stats(client.e2e_sorted, tail=True),
+               "queue": LatencyStats.of(queue, tail=True)}
     in_tok = sum(r.num_prompt_tokens for r in done)
     out_tok = sum(r.num_output_tokens for r in done)
     first = min((r.arrival for r in reqs), default=0.0)
@@ -316,11 +316,9 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     def cap(xs):
         return [round(x, 6) for x in (xs if len(xs) <= SAMPLE_CAP else _random.Random(0).sample(xs, SAMPLE_CAP))]
 
-    from .bench_summary import bench_summary
-
     return SimResult(
         meta={"vllm_semantics": vllm_semantics, "simulator": VLLM_SEMANTICS, "clock": clock_of(profile, trace)},
-        bench=bench_summary(engine, trace, ovh),
+        bench=bench_summary(engine, trace, ovh, client),
         config=config, requests=requests, tokens=tokens, latency_s=latency, throughput=throughput,
         preemptions=engine.preemptions, rejected=engine.rejected,
         rejected_reasons=dict(engine.rejected_reasons),
