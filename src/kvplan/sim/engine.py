@@ -216,6 +216,9 @@ class Engine(DecodeBookkeeping, ClientSide):
         slots = self.slots
         fe = self.fe
         gate_here = slots is not None and fe is None  # without a front end the client sends on take-in
+        # the decode stretch's conditions that hold for the whole run (checked first per step)
+        stretch_allowed = self.counted and not self._needs
+        async_sched = self.async_sched
         while True:
             if self.t >= horizon:
                 break  # the next step starts at or after the horizon: arrivals before it may be missing
@@ -233,7 +236,7 @@ class Engine(DecodeBookkeeping, ClientSide):
                     self._gate(nxt)  # a request that finished may have freed a client slot
             # arrivals the scheduler can see: with async scheduling the step starting now was
             # scheduled when the previous one started (EngineCore.step_with_batch_queue)
-            vis = self._last_start if (self.async_sched and self._last_end == self.t) else self.t
+            vis = self._last_start if (async_sched and self._last_end == self.t) else self.t
             while nxt < limit and reqs[nxt].handoff <= vis:
                 r = reqs[nxt]
                 nxt += 1
@@ -272,8 +275,8 @@ class Engine(DecodeBookkeeping, ClientSide):
                 continue
             if self.max_steps is not None and self.steps >= self.max_steps:
                 break
-            if (self.counted and self.n_dec and not self.pre and not self.waiting and not self.pending
-                    and not self._irregular and not self._needs):
+            if (stretch_allowed and not self.waiting and self.n_dec and not self.pre and not self.pending
+                    and not self._irregular):
                 # (an open loop's sends enter the front end inside the stretch, at their times)
                 if self._decode_stretch(min(self._next_arrival(nxt, limit, sends=False), horizon)):
                     continue  # time moved: take in the arrivals before the next scheduled step
@@ -282,11 +285,12 @@ class Engine(DecodeBookkeeping, ClientSide):
             features = out.features
             tokens = out.total_num_scheduled_tokens
             released = False
-            if self.async_sched and self.pending:
+            if async_sched and self.pending:
+                running, kv_free = self.running, self.kv.free
                 for r in self.pending:
                     r.pending_free = False
-                    self.running.remove(r)
-                    self.kv.free(r, self._num_computed(r))
+                    running.remove(r)
+                    kv_free(r, self._num_computed(r))
                 self.pending = []
                 released = True
             if tokens == 0:
@@ -389,13 +393,14 @@ class Engine(DecodeBookkeeping, ClientSide):
                              - (-(-p.num_computed_tokens // block_size)))
             if ok and need <= pool.free:
                 fast = True
-                pool.take(need)
+                if need:
+                    pool.take(need)
                 token_budget -= self.n_dec
                 if pre:
                     token_budget -= sum(p.num_scheduled_tokens for p in pre)
         if not fast:
             token_budget, preempted, stalled = self._schedule_exact(now, token_budget, threshold)
-        if not preempted:
+        if not preempted and self.waiting and len(running) < self.max_num_seqs:
             token_budget = self._schedule_waiting(now, token_budget, threshold)
         # the step's shape
         n_dec = self.n_dec

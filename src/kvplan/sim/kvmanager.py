@@ -21,6 +21,10 @@ from ..memory.kv_specs import FullAttentionSpec, SizingContext
 from .kvpool import BlockPool, Chain
 
 
+#: a lookup that hits nothing: (root, shared, private, evictable) blocks
+_NO_HITS = (0, 0, 0, 0)
+
+
 class KVManager:
     """The interface the scheduler uses (both schemes implement it)."""
 
@@ -166,6 +170,13 @@ class FullAttentionKVManager(KVManager):
         anonymous (nobody else has their tokens)."""
         pool = self.pool
         total = -(-num_computed_tokens // self.block_size)
+        if (not preempted and r.ext is None and r.pv is None and r.sh is None and r.root is None
+                and not r.root_ext):
+            # (the common case: a finished request of no chain; the general path below, shortened)
+            pool.release_anonymous(total - r.root_h - r.sh_h)
+            r.sh_h = 0
+            r.root_h = 0
+            return
         full = num_computed_tokens // self.block_size
         root_blocks = r.root_blocks
         root_h = (full if full < root_blocks else root_blocks) if r.root_ext else r.root_h
@@ -199,8 +210,8 @@ class FullAttentionKVManager(KVManager):
     def lookup(self, r, num_tokens: int) -> tuple[int, int, int, int]:
         """``get_computed_blocks``: at most ``num_tokens - 1`` tokens, full blocks only, and a chain
         of hashes: nothing past the first missing block."""
-        if not self.prefix_caching:
-            return 0, 0, 0, 0
+        if not self.prefix_caching or (r.root_id is None and r.prefix_id is None and r.pv is None):
+            return _NO_HITS  # no chain it could hit
         pool, block_size, root_blocks = self.pool, self.block_size, r.root_blocks
         cap = (num_tokens - 1) // block_size
         hr = hs = ev = 0
@@ -231,6 +242,11 @@ class FullAttentionKVManager(KVManager):
         if not self.prefix_caching:
             r.root = r.sh = r.ext = r.pv = None
             r.sh_h = r.root_h = r.pv_base = 0
+            return
+        if r.root_id is None and r.prefix_id is None and not hp:
+            # no chain to hit or extend (the general path below, shortened): its blocks are its own
+            r.sh = r.ext = r.pv = None
+            r.pv_base = r.sh_h = 0
             return
         if r.root_id is not None:
             rc = chains.get(r.root_id)
