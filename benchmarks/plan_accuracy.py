@@ -126,7 +126,12 @@ DEV_SET = {"25", "26", "27", "28", "29", "30"}
 # and 0.11.0 wheels require flashinfer-python only with the `flashinfer` extra, and both tracebacks
 # run from a conda env's site-packages (a pip install), not the release image. The development logs
 # 25-30 print "Using FlashInfer for top-p & top-k sampling" (their source logs), so the default holds there.
+# Log 14 runs a development branch from a source checkout, and the 0.9.2 wheel lists no flashinfer-python
+# at all (its Requires-Dist): only its last pipeline stage samples (gpu_model_runner.profile_run, 0.9.2), and
+# that stage's figure (11.33 GiB) is the one scored; stage 0 (12.13 GiB) is planned at 12.21 either way.
 NO_FLASHINFER_WHAT_IF = {
+    "14": "a 0.9.2 development branch run from a source checkout (/home/ray/default/work/vllm/vllm/...): the "
+          "0.9.2 wheel does not require flashinfer-python; the last of 2 pipeline stages samples",
     "16": "vLLM 0.10.1 in /home/ubuntu/miniconda3/envs/... (torch 2.7.1+cu126, the stock wheel: Marlin on Hopper)",
     "19": "vLLM 0.11.0 in /opt/conda/envs/vllm_env/lib/python3.13/site-packages (torch 2.8.0+cu128)",
 }

@@ -252,6 +252,24 @@ def test_pipeline_stages_report_their_own_memory_and_blocks():
     assert any(n.startswith("Per pipeline stage") for n in r.notes)
 
 
+def test_only_the_last_pipeline_stage_pays_for_the_sampler():
+    """Log 14 (DeepSeek-V2-Lite, TP 2 x PP 2 on L4, a 0.9.2 development branch): stage 0 prints 12.13 GiB
+    and the last stage, which alone runs ``_dummy_sampler_run`` (gpu_model_runner.profile_run, 0.9.2),
+    11.33. The first stage is planned within 0.1 GiB whatever the sampler; the last is within 0.15 GiB
+    with PyTorch's native top-k/top-p sort, the sampler of a source install (the 0.9.2 wheel does not
+    require flashinfer-python), and 0.7 GiB high with FlashInfer's."""
+    spec = load_model("deepseek-ai/DeepSeek-V2-Lite")
+
+    def stages(flashinfer: bool) -> list[float]:
+        r = plan(PlanRequest(spec, find_gpu("L4"), tensor_parallel_size=2, pipeline_parallel_size=2,
+                             max_model_len=1024, vllm_version="0.9.2", flashinfer_sampler=flashinfer), what_ifs=False)
+        return [a / (1 << 30) for a in r.memory.available_kv_bytes_per_stage]
+
+    native, flashinfer = stages(False), stages(True)
+    assert abs(native[0] - 12.13) < 0.1 and native[0] == flashinfer[0]
+    assert abs(native[1] - 11.33) < 0.15 < flashinfer[1] - 11.33
+
+
 def test_batch_defaults_before_0_8_5_follow_the_device_name():
     """0.7.3-0.8.4 `_set_default_args_v1` (read in the wheels): the tier is chosen by "h100"/"h200"
     in the device name, not by memory; max_num_seqs is 1024 everywhere until 0.8.3, 0.8.4 gives
