@@ -10,8 +10,9 @@ Every index entry numbered 101 or above becomes one plan_accuracy case, read fro
   ``expected.gpu_total_capacity_gib`` from a CUDA OOM message) when there is one; else ``gpu_memory_gib``
   for a GPU kvplan's catalog lacks (inferred as ``gpu_note`` says); else ``gpu`` looked up in kvplan's
   GPU catalog (``NVIDIA H100 80GB HBM3`` -> ``H100-SXM5-80GB``);
-- version / engine / flags: ``vllm_version`` (first three parts), ``engine``, and ``flags`` restricted
-  to what PlanRequest takes;
+- version / engine / flags: ``vllm_version`` (first three parts; ``planned_as_version`` instead where the
+  log shows, in its own file:line tags, that a vendor build runs another upstream version's code, with
+  ``planned_as_version_note`` saying how), ``engine``, and ``flags`` restricted to what PlanRequest takes;
 - family: from ``case_types`` (multimodal / MLA / MoE / quantized / dense).
 
 Entries marked ``estimate_excluded`` (with the reason) are shown but not scored, like log 05 in
@@ -57,7 +58,7 @@ def _gpu(entry: dict):
 
 
 def _version(entry: dict) -> str | None:
-    v = entry.get("vllm_version")
+    v = entry.get("planned_as_version") or entry.get("vllm_version")
     if not v:
         return None
     return ".".join(re.match(r"[0-9.]+", v).group(0).strip(".").split(".")[:3])

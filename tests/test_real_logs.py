@@ -42,7 +42,7 @@ def _index_replays() -> dict:
         exp = e["expected"]
         if (prefix.isdigit() and int(prefix) >= 101 and e["check"].get("result", "").startswith("consistent")
                 and "available_kv_cache_gib" in exp and ("num_gpu_blocks" in exp or "kv_cache_tokens" in exp)):
-            out[prefix] = (".".join(e["vllm_version"].split(".")[:2]), None)
+            out[prefix] = (".".join((e.get("planned_as_version") or e["vllm_version"]).split(".")[:2]), None)
     return out
 
 

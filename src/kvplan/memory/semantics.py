@@ -180,19 +180,20 @@ class VllmSemantics:
     def charged_preexisting(self, context_bytes: int, nccl_bytes: int) -> int:
         """Memory in use before vLLM's snapshot that older versions charged to the budget.
 
-        * Everything on the GPU (the CUDA context included): V0 0.6.0-0.6.4 and V1 0.7-0.8, whose
+        * Everything on the GPU (the CUDA context included): V0 0.6.0-0.6.4 and V1 0.7-0.9.0, whose
           peak is the torch peak plus every non-torch byte on the GPU (0.6.4.post1
-          ``worker.determine_num_available_blocks``; V1 0.7.1, 0.8.0 and 0.8.5
+          ``worker.determine_num_available_blocks``; V1 0.7.1, 0.8.0, 0.8.5 and 0.9.0.1
           ``gpu_worker.determine_available_memory``: ``peak_memory += non_torch_allocations``).
         * NCCL only: V0 0.6.5+ subtracts what was in use when ``init_device`` measured, before
           ``init_worker_distributed_environment`` (0.6.5 and 0.6.6.post1:
           ``baseline_memory_in_bytes = total - init_gpu_memory``; 0.7.0-0.8.5: the
-          ``MemorySnapshot`` baseline), and V1 0.9-0.10 snapshot before NCCL too.
+          ``MemorySnapshot`` baseline), and V1 0.9.1-0.10 snapshot before NCCL too (``memory_profiling``
+          from ``init_snapshot``, read in 0.9.1 and 0.9.2; they alone print "Available KV cache memory").
         * Nothing: 0.11+ snapshot after NCCL initialisation."""
         v = self.version
         if self.engine == "V0":
             return context_bytes + nccl_bytes if (0, 6) <= v < (0, 6, 5) else nccl_bytes
-        if (0, 6) <= v < (0, 9):
+        if (0, 6) <= v < (0, 9, 1):
             return context_bytes + nccl_bytes
         if v < (0, 11):
             return nccl_bytes
