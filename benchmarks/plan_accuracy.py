@@ -137,7 +137,7 @@ NO_FLASHINFER_WHAT_IF = {
 }
 
 # Logs 101+ are built from their index.json entries (benchmarks/plan_accuracy_index.py): validation only.
-from plan_accuracy_index import index_cases  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from plan_accuracy_index import index_cases, vendor_builds  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 import plan_accuracy_sweep as sweep  # noqa: E402
 from plan_accuracy_flags import flag_rows  # noqa: E402
@@ -322,6 +322,12 @@ def main() -> None:
         print(f"  {r['log'][:52]:52s} vLLM {r['vllm']:6s} {r['gpu'][:16]:16s} block {r['block_size']:3d}  "
               f"log {shown}  kvplan {r['kvplan_blocks']} (printed memory allows {r['range'][0]}..{r['range'][1]})  "
               f"{'exact' if r['exact'] else 'WRONG'}")
+    print("\nwhat if a vendor build is planned as the upstream version its file:line tags match (not scored: a user "
+          "types the version the log prints):")
+    for r in _vendor_build_what_if():
+        print(f"  {r['log'][:52]:52s} printed {r['printed']:6s} as {r['as']:6s} vLLM KV {r['measured_gib']:6.2f}  "
+              f"kvplan {r['kvplan_gib']:6.2f}  error {r['error_gib']:+6.2f} ({r['error_pct']:+.1f} %)  "
+              f"verdict {'right' if r['verdict_right'] else 'WRONG'}")
     print("\nwhat if FlashInfer was not installed (--no-flashinfer-sampler; not scored, the environment is inferred):")
     for r in _no_flashinfer_what_if():
         print(f"  {r['log'][:52]:52s} vLLM KV {r['measured_gib']:6.2f}  kvplan {r['kvplan_gib']:6.2f}  "
@@ -366,6 +372,27 @@ def measured_mla_rows() -> list[dict]:
         rows.append({"log": f"planner:{run_row['log_file'].removesuffix('.log')}", "vllm": run_row["vllm_version"],
                      "gpu": req.gpu.name, "block_size": bs, "log_blocks": implied, "kvplan_blocks": r.kv.num_gpu_blocks,
                      "range": (lo, hi), "exact": implied is not None and lo <= implied <= hi})
+    return rows
+
+
+def _vendor_build_what_if() -> list[dict]:
+    builds = vendor_builds()
+    rows = []
+    for prefix, model, gpu, version, engine, flags, _family in CASES:
+        if prefix not in builds:
+            continue
+        path = next(LOGS.glob(prefix + "-*.log"))
+        text = path.read_text()
+        log = parse_startup_log(text)
+        g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
+        upstream = builds[prefix][0]
+        r = plan(PlanRequest(_spec(model), g, vllm_version=upstream, engine=engine, **flags), what_ifs=False)
+        measured = _measured_gib(prefix, path.name, log, r)
+        est = r.memory.available_kv_cache_gib
+        rows.append({"log": path.name, "printed": version, "as": upstream, "measured_gib": measured,
+                     "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
+                     "error_pct": round((est - measured) / (measured if measured >= 1.0 else g.memory_gib) * 100, 1),
+                     "verdict_right": _verdict_right(r, log, text)})
     return rows
 
 

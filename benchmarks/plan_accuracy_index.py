@@ -10,9 +10,10 @@ Every index entry numbered 101 or above becomes one plan_accuracy case, read fro
   ``expected.gpu_total_capacity_gib`` from a CUDA OOM message) when there is one; else ``gpu_memory_gib``
   for a GPU kvplan's catalog lacks (inferred as ``gpu_note`` says); else ``gpu`` looked up in kvplan's
   GPU catalog (``NVIDIA H100 80GB HBM3`` -> ``H100-SXM5-80GB``);
-- version / engine / flags: ``vllm_version`` (first three parts; ``planned_as_version`` instead where the
-  log shows, in its own file:line tags, that a vendor build runs another upstream version's code, with
-  ``planned_as_version_note`` saying how), ``engine``, and ``flags`` restricted to what PlanRequest takes;
+- version / engine / flags: ``vllm_version`` as the log states it (first three parts: what a user types),
+  ``engine``, and ``flags`` restricted to what PlanRequest takes. Where the log's own file:line tags show
+  that a vendor build runs another upstream version's code, ``planned_as_version`` (with
+  ``planned_as_version_note`` saying how) is a what-if plan_accuracy prints apart, not scored;
 - family: from ``case_types`` (multimodal / MLA / MoE / quantized / dense).
 
 Entries marked ``estimate_excluded`` (with the reason) are shown but not scored, like log 05 in
@@ -57,8 +58,19 @@ def _gpu(entry: dict):
     return name
 
 
+def vendor_builds() -> dict[str, tuple[str, str]]:
+    """{prefix: (the upstream version the build's code matches, how the log shows it)}: the what-if
+    of a vendor build planned with the rules its code runs (inferred from file:line tags, not stated)."""
+    out = {}
+    for entry in json.loads((LOGS / "index.json").read_text()):
+        if entry.get("planned_as_version"):
+            out[entry["file"].split("-", 1)[0]] = (_version({"vllm_version": entry["planned_as_version"]}),
+                                                   entry.get("planned_as_version_note", ""))
+    return out
+
+
 def _version(entry: dict) -> str | None:
-    v = entry.get("planned_as_version") or entry.get("vllm_version")
+    v = entry.get("vllm_version")
     if not v:
         return None
     return ".".join(re.match(r"[0-9.]+", v).group(0).strip(".").split(".")[:3])
