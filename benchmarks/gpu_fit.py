@@ -24,7 +24,8 @@ sys.path.insert(0, str(HERE))
 import gpu_fidelity as gf  # noqa: E402
 
 PARAMS = ("api_cpu_speed", "api_chat_jinja_s", "request_s", "cpu_step_s", "cpu_seq_s", "compute_sustain",
-          "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90", "net_bandwidth_gbs")
+          "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90",
+          "triton_attention_dram_share", "net_bandwidth_gbs")
 #: Where every fit starts (the full fit and each leave-one-source-out fold alike), and why: the
 #: constants before any fit to the development set.
 PRIORS = {
@@ -37,6 +38,7 @@ PRIORS = {
     "api_chat_jinja_s": 6.6e-5,  # the tiny test model's template, measured (benchmarks/frontend_cost.py)
     "marlin_fp8_compute_share": 0.8, "marlin_int4_compute_share": 0.9,
     "marlin_mma_sync_share_sm90": 2.0 / 3.0,  # mma.sync on Hopper (FlashAttention-3, sec. 2.2)
+    "triton_attention_dram_share": 1.0,  # every per-query-block prefix read from DRAM (no L2 reuse)
 }
 
 
@@ -47,7 +49,8 @@ def prior_overheads():
     return dataclasses.replace(DEFAULT_OVERHEADS, **PRIORS)
 WEIGHTS = {"output_throughput": 1.0, "ttft": 0.5, "tpot": 1.0}
 #: shares that cannot exceed 1 (a coordinate step that would is clipped)
-CAPPED = ("compute_sustain", "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90")
+CAPPED = ("compute_sustain", "marlin_fp8_compute_share", "marlin_int4_compute_share", "marlin_mma_sync_share_sm90",
+          "triton_attention_dram_share")
 
 
 def objective(prepared: list[dict], ov) -> tuple[float, dict]:

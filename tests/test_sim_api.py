@@ -111,7 +111,24 @@ def test_hybrid_model_groups_carry_the_models_window():
     kinds = [tuple(g[:2]) for g in d["config"]["kv_groups"]]
     assert ("sliding", 128) in kinds and ("full", 0) in kinds
     assert d["requests"]["completed"] == 40
-    assert d["kv_cache"]["prefix_caching"] is False and any("hybrid" in n for n in d["notes"])
+    assert d["kv_cache"]["prefix_caching"] is True and any("hybrid" in n for n in d["notes"])
+
+
+def test_hybrid_model_hits_the_prefix_every_request_shares():
+    """HybridKVCacheCoordinator (0.11.0-0.32): a sliding-window + full model hits a shared head (a
+    system prompt, the chat template's) in both groups once a request with it was admitted; the
+    rest of each prompt is computed, and nothing with --no-enable-prefix-caching."""
+    from kvplan.traffic.trace import SimRequest, Trace
+
+    req = PlanRequest(model=load_model("openai/gpt-oss-20b"), gpu=find_gpu("H100"))
+    reqs = tuple(SimRequest(0.01 * i, 300, 4, root_id="system", root_tokens=100) for i in range(20))
+    on = simulate(req, Trace(reqs, "shared head")).to_dict()
+    # 100 shared tokens are 6 full blocks of 16: every request after the first hits 96 tokens
+    assert on["tokens"]["prefix_cache_hit_tokens"] == 19 * 96
+    assert on["tokens"]["prompt_computed"] == 20 * 300 - 19 * 96
+    off = simulate(req, Trace(reqs, "shared head"), enable_prefix_caching=False).to_dict()
+    assert off["tokens"]["prefix_cache_hit_tokens"] == 0 and off["tokens"]["prompt_computed"] == 20 * 300
+    assert on["latency_s"]["ttft"]["mean"] < off["latency_s"]["ttft"]["mean"]
 
 
 def test_async_scheduling_follows_the_platform():

@@ -107,6 +107,49 @@ def test_sliding_window_layers_read_at_most_the_window():
     assert long - short == pytest.approx(full_only + p.sliding_per_kv_token_s * 8 * 28, rel=1e-6)
 
 
+def test_sliding_window_layers_compute_at_most_the_window_of_pairs():
+    """FlashAttention and vLLM's Triton kernel skip the key tiles outside a sliding window: a
+    prefill token costs at most ``window`` pairs in those layers, the full layers every pair."""
+    from kvplan.sim.stepmodel import StepFeatures
+
+    _, p = _model("openai/gpt-oss-20b", "H100")
+    att = p.term("attention")
+    assert att.window == 128 and 0 < att.window_pair_s and 0 < att.pair_s
+    # gpt-oss alternates the two: 12 sliding and 12 full layers of the same shape
+    assert att.window_pair_s == pytest.approx(att.pair_s)
+
+    def t(pairs):
+        return p.step_time(StepFeatures(tokens=2048, num_seqs=1, kv_read_tokens=2048, attn_pairs=pairs,
+                                        prefill_tokens=2048, prefill_seqs=1))
+    # past the cap (2048 tokens x 128 keys) only the full layers' pairs add
+    assert t(40e6) - t(20e6) == pytest.approx(att.pair_s * 20e6, rel=1e-6)
+    assert t(200_000) - t(100_000) == pytest.approx((att.pair_s + att.window_pair_s) * 100_000, rel=1e-6)
+    f = StepFeatures(tokens=2048, num_seqs=1, kv_read_tokens=2048, attn_pairs=20e6, prefill_tokens=2048,
+                     prefill_seqs=1)
+    assert sum(p.breakdown(f)["gpu"].values()) == pytest.approx(p.breakdown(f)["gpu_s"])
+    assert p.breakdown(f)["step_s"] == pytest.approx(p.step_time(f), rel=1e-9)
+
+
+def test_triton_attention_on_ampere_streams_the_prefix_per_query_block():
+    """Sinks (gpt-oss) on SM 8.x select vLLM's Triton unified attention (platforms/cuda.py,
+    0.11.0), whose 2D kernel reads a query block's whole key prefix per BLOCK_Q = 16 / (query
+    heads per KV head) tokens: a long prefill is bound by that KV traffic, not by the FLOPs;
+    Hopper runs FlashAttention at the FLOP rate."""
+    from kvplan.sim.opmodel import DEFAULT_OVERHEADS, _triton_block_q
+
+    assert _triton_block_q(64, 8) == 2 and _triton_block_q(32, 32) == 16 and _triton_block_q(64, 2) == 1
+    _, a100 = _model("openai/gpt-oss-20b", "A100-80GB")
+    _, h100 = _model("openai/gpt-oss-20b", "H100")
+    assert any("Triton kernel" in n and "KV traffic" in n for n in a100.notes)
+    assert not any("Triton kernel" in n for n in h100.notes)
+    gpu = find_gpu("A100-80GB")
+    kv_eff = K.attention_fit(K.load_table("A100-SXM4-80GB"), "bfloat16", 64)[0]["decode"]["bandwidth_eff"] or 0.8
+    # 12 full layers x 8 KV heads x (64 + 64) x 2 bytes per key, once per 2 query tokens
+    traffic = 12 * 8 * 128 * 2 / 2 * DEFAULT_OVERHEADS.triton_attention_dram_share / (gpu.bandwidth_gbs * 1e9 * kv_eff)
+    assert a100.term("attention").pair_s == pytest.approx(traffic, rel=1e-6)
+    assert h100.term("attention").pair_s < a100.term("attention").pair_s / 5
+
+
 def test_a_simulate_result_states_its_clock():
     req, _ = _PROFILE
     tr = synthetic_trace(2, num_requests=30, input_len=parse_length("500", "x"), output_len=parse_length("50", "x"))

@@ -171,3 +171,31 @@ def test_sharegpt_replies_stop_early_unless_ignore_eos():
     assert 0.86 < a / b < 0.92
     assert all(x.output_tokens <= y.output_tokens for x, y in zip(eos.requests, full.requests))
     assert eos.bench["early_stop_share"] == 0.22 and "early_stop_share" not in full.bench
+
+
+def test_gpt_oss_ends_its_reply_to_random_chat_prompts():
+    """gpt-oss answers a random-token prompt on the chat endpoint in about 104 tokens (Harmony's
+    analysis + final message; the dev set's GPUStack token counts: 0.94 of max_tokens 100, 0.53 of
+    200, all of 4); --ignore-eos, the completions endpoint and other families run to max_tokens."""
+    from kvplan.traffic.bench_traffic import BenchTraffic, random_prompt_reply_for
+    from kvplan.traffic.trace import bench_trace
+
+    reply = random_prompt_reply_for("gpt_oss")
+    assert random_prompt_reply_for("qwen3") is None
+
+    def outputs(max_tokens, *, chat=True, ignore_eos=False, reply_len=reply):
+        t = BenchTraffic(dataset_name="random", num_prompts=500, request_rate=float("inf"), random_input_len=64,
+                         random_output_len=max_tokens, ignore_eos=ignore_eos, seed=42,
+                         endpoint="/v1/chat/completions" if chat else "/v1/completions")
+        tr = bench_trace(t, version=(0, 11, 0), num_special=0, vocab_size=201_088, chat_template_tokens=66,
+                         reply_len=reply_len)
+        return [r.output_tokens for r in tr.requests], tr
+
+    for max_tokens, lo, hi in ((100, 0.92, 0.96), (200, 0.50, 0.56)):
+        outs, tr = outputs(max_tokens)
+        assert lo < sum(outs) / (500 * max_tokens) < hi and max(outs) <= max_tokens
+        assert tr.bench["reply_tokens_median"] == reply[0] and any("ends its own reply" in n for n in tr.notes)
+    assert outputs(4)[0] == [4] * 500
+    assert outputs(200, ignore_eos=True)[0] == [200] * 500
+    assert outputs(200, chat=False)[0] == [200] * 500
+    assert outputs(200, reply_len=None)[0] == [200] * 500

@@ -8,7 +8,8 @@ run (``make_kv_manager``), following ``vllm/v1/core/kv_cache_manager.py`` and
   advancing on one counter, decode stretches without the scheduler) apply (``counted``).
 * :class:`HybridKVManager` - several groups or a bounded one (sliding window, chunked local
   attention, Mamba state): each group's KV spec counts its blocks (``blocks_held``,
-  ``admission_counter``, the planner's own objects); no prefix caching (every prompt is computed).
+  ``admission_counter``, the planner's own objects); prefix caching of the prefix every request
+  shares (``root_id``: a system prompt, the chat template's head) only, and none with a Mamba group.
 
 The scheduler asks the manager the questions ``allocate_slots`` answers: how many blocks a step's
 tokens need, whether a waiting request's prompt fits, what the prefix cache hits, and it tells the
@@ -81,18 +82,40 @@ def make_kv_manager(*, groups: Sequence, sizing: Optional[SizingContext], num_gp
         return FullAttentionKVManager(num_gpu_blocks, block_size, enable_prefix_caching, progress)
     if sizing is None:  # one batch in flight
         sizing = SizingContext(max_model_len, max_num_batched_tokens, max_num_batched_tokens)
-    return HybridKVManager(num_gpu_blocks, block_size, specs, sizing)
+    return HybridKVManager(num_gpu_blocks, block_size, specs, sizing, enable_prefix_caching=enable_prefix_caching)
 
 
 class HybridKVManager(KVManager):
-    """Per-group block counts from the KV specs; each request's blocks are one counter (``held``)."""
+    """Per-group block counts from the KV specs; each request's blocks are one counter (``held``).
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, specs: Sequence, sizing: SizingContext):
+    Prefix caching (``HybridKVCacheCoordinator``, 0.11.0-0.32): a hit must be cached in every
+    group; a sliding-window group's hit (``SlidingWindowManager.find_longest_cache_hit``) needs
+    only the blocks of the last window, and a prefix shorter than the window is a hit whole.
+    Modelled for the prefix every request shares (``root_id``): once a request with it was
+    admitted (vLLM caches full blocks when it allocates them), later requests hit its full blocks
+    (never the last prompt token) and hold them shared, not as their own. The shared blocks are
+    taken to stay cached (some running request holds them) and are not counted in the pool. Hits
+    on a conversation's own history (``prefix_id``) and a preempted request's own blocks are not
+    modelled; with a Mamba group nothing is cached (vLLM 0.11 disables prefix caching there)."""
+
+    def __init__(self, num_gpu_blocks: int, block_size: int, specs: Sequence, sizing: SizingContext, *,
+                 enable_prefix_caching: bool = False):
         self.block_size = block_size
         self.specs = tuple(specs)
         self.pool = BlockPool(num_gpu_blocks, block_size, None)
         self._held_fns = tuple(s.blocks_held for s in specs)
         self._admit_fns = tuple(s.admission_counter(sizing) for s in specs)
+        self.prefix_caching = enable_prefix_caching and not any(getattr(s, "kind", "") == "mamba" for s in specs)
+        self._roots: set = set()  # shared prefixes computed (cached) so far
+
+    def _shared(self, hit_tokens: int, processed: int) -> int:
+        """Blocks of a shared hit of ``hit_tokens`` that the groups still hold at ``processed``."""
+        if not hit_tokens:
+            return 0
+        n = 0
+        for held in self._held_fns:
+            n += held(hit_tokens, processed)
+        return n
 
     def _blocks(self, slots: int, processed: int) -> int:
         """Blocks a request holds with ``slots`` token slots, ``processed`` tokens computed
@@ -110,20 +133,41 @@ class HybridKVManager(KVManager):
         return n
 
     def blocks_to_allocate(self, r, num_computed_tokens: int, num_new_tokens: int) -> int:
-        return self._blocks(num_computed_tokens + num_new_tokens, num_computed_tokens) - r.held
+        own = self._blocks(num_computed_tokens + num_new_tokens, num_computed_tokens) - r.held
+        if r.root_h:
+            own -= self._shared(r.root_h * self.block_size, num_computed_tokens)
+        return own
 
     def allocated(self, r, blocks: int) -> None:
         r.held += blocks
 
+    def lookup(self, r, num_tokens: int) -> tuple[int, int, int, int]:
+        if not self.prefix_caching or r.root_id is None or r.root_id not in self._roots:
+            return 0, 0, 0, 0
+        cap = (num_tokens - 1) // self.block_size
+        return (r.root_blocks if r.root_blocks < cap else cap), 0, 0, 0
+
     def admission(self, num_tokens, max_model_len, hit_blocks, evictable, num_new_tokens):
-        return self._admission_blocks(min(num_tokens, max_model_len)), self._blocks(num_new_tokens, 0)
+        hit = hit_blocks * self.block_size
+        shared = self._shared(hit, hit)
+        return (self._admission_blocks(min(num_tokens, max_model_len)) - shared,
+                self._blocks(hit + num_new_tokens, hit) - shared)
 
     def admit(self, r, hits, chunk_blocks: int) -> None:
         r.held = chunk_blocks
+        r.root_h = hits[0]
+        if self.prefix_caching and r.root_id is not None:
+            self._roots.add(r.root_id)
 
     def free(self, r, num_computed_tokens: int, preempted: bool = False) -> None:
         self.pool.release_anonymous(r.held)
         r.held = 0
+        r.root_h = 0
+
+    def warm(self, warm_prefixes: Sequence[tuple]) -> None:
+        """Prefixes computed before t = 0 (vllm bench's test request): their shared heads hit."""
+        if self.prefix_caching:
+            self._roots.update(prefix_id for prefix_id, tokens, _ in warm_prefixes if int(tokens) >= self.block_size)
 
 
 class FullAttentionKVManager(KVManager):

@@ -92,8 +92,15 @@ class Overheads:
     marlin_int4_compute_share: float = 0.9
     #: Marlin on Hopper (MXFP4 experts before vLLM 0.12 ships triton_kernels) issues Ampere's
     #: mma.sync, which reaches about 2/3 of the Hopper tensor cores' (wgmma) peak that the kernel
-    #: tables measure (FlashAttention-3, Shah et al. 2024, sec. 2.2): the prior (fitted).
-    marlin_mma_sync_share_sm90: float = 2.0 / 3.0
+    #: tables measure (FlashAttention-3, Shah et al. 2024, sec. 2.2): the prior; fitted to the dev
+    #: set's GPUStack gpt-oss-20b H100 random runs (vLLM 0.11.0, 2,000-32,000-token prompts).
+    marlin_mma_sync_share_sm90: float = 0.47
+    #: vLLM's Triton unified attention (SM 8.x with sinks or an fp8 KV cache) reads each query
+    #: block's key prefix once per block of BLOCK_Q query tokens; this share of those reads comes
+    #: from DRAM, the rest hit L2 (the programs of one sequence's neighbouring query blocks run
+    #: together and read the same tiles). Fitted to the dev set (GPUStack gpt-oss-20b on A100,
+    #: 2,000- to 32,000-token prompts); prior 1.0 (no reuse).
+    triton_attention_dram_share: float = 0.6
     #: Share of the kernel tables' compute rate (GEMM and attention FLOPs) a GPU sustains while
     #: serving: the tables time each kernel alone at full clocks; under sustained load the SMs
     #: throttle to the power limit. Memory-bound times are not scaled.
@@ -107,6 +114,16 @@ DEFAULT_OVERHEADS = Overheads()
 #: A tool-capable chat template's length in characters (Qwen2.5/3, GLM-4.5 and Llama-3.1's are
 #: 2.5-5k): one typical size for every Jinja template; the model's own is not read.
 CHAT_TEMPLATE_CHARS = 4000
+
+
+def _triton_block_q(heads: int, kv_heads: int) -> int:
+    """Query tokens per program of vLLM's Triton unified attention (``unified_attention``, the
+    same in the 0.10.2-0.19.0 wheels): BLOCK_M = 16 rows (the next power of two of the query heads
+    per KV head when more), each query token filling heads / kv_heads of them; every program
+    streams its query block's whole key prefix from the paged KV cache."""
+    per_kv = max(1, heads // max(1, kv_heads))
+    block_m = 16 if per_kv <= 16 else 1 << (per_kv - 1).bit_length()
+    return max(1, block_m // per_kv)
 
 
 def _weight_kind(t, quant) -> str:
@@ -213,8 +230,15 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     # indexer's top-k tokens only; the indexer's own keys are read over the whole context
     mla_bytes = mla_flops = sparse_bytes = sparse_flops = 0.0
     sparse_topk = int(spec.raw_flag("index_topk") or 0)
-    heads_total = 0.0
-    pair_flops = 0.0
+    # platforms/cuda.py get_attn_backend_cls (read in the 0.10.1.1-0.11.0 wheels; the backends'
+    # supports_sink in 0.19.0): attention sinks (gpt-oss) or an fp8 KV cache on SM 8.x select
+    # TRITON_ATTN, not FlashAttention
+    triton_attention = (cfg.device == "cuda" and 80 <= (gpu.sm or 0) < 90
+                        and (spec.model_type == "gpt_oss" or kv_name.startswith("fp8")))
+    heads_total = kv_heads_total = 0.0
+    pair_flops = sliding_pair_flops = 0.0
+    # the KV bytes a prefill (query, key) pair streams in vLLM's Triton unified attention (below)
+    pair_kv_bytes = sliding_pair_kv_bytes = 0.0
     state_bytes = 0.0
     layers = spec.layers
     for layer in layers:
@@ -272,14 +296,19 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
             heads = max(1, mix.num_heads // tp)
             kvh = max(1, mix.num_kv_heads // tp)
             per_tok = kvh * (mix.head_dim + mix.head_dim_v) * kv_bytes
+            flops = 2.0 * heads * (mix.head_dim + mix.head_dim_v)
             if isinstance(mix, SlidingWindowAttention) and mix.window:
                 sliding_kv_bytes += per_tok
                 window = max(window, int(mix.window))
                 sliding_layers += 1
+                sliding_pair_flops += flops
+                sliding_pair_kv_bytes += per_tok / _triton_block_q(heads, kvh)
             else:
                 full_kv_bytes += per_tok
+                pair_flops += flops
+                pair_kv_bytes += per_tok / _triton_block_q(heads, kvh)
             heads_total += heads
-            pair_flops += 2.0 * heads * (mix.head_dim + mix.head_dim_v)
+            kv_heads_total += kvh
     n_layers = len(layers)
     head_dim = getattr(layers[0].mixer, "head_dim", 128) if layers else 128
     att, att_key = K.attention_fit(table, kv_name, head_dim)
@@ -381,6 +410,14 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     terms.append(Sampler(name="sampler and step launch", fixed_s=ov.step_s, seq_s=ov.seq_s))
     terms.append(LayerGaps(name="per-layer gaps" + (" and eager launches" if eager else ""),
                            fixed_s=n_layers * (ov.layer_s + (ov.eager_layer_s if eager else 0.0))))
+    pair_f = f16 * ov.compute_sustain * fl_eff
+    pair_s, window_pair_s = pair_flops / pair_f, sliding_pair_flops / pair_f
+    if triton_attention:
+        # kernel_unified_attention_2d streams every key of a query's prefix once per block of
+        # BLOCK_Q query tokens: at long contexts the KV traffic, not the FLOPs, bounds it
+        dram = ov.triton_attention_dram_share
+        pair_s = max(pair_s, pair_kv_bytes * dram / (bw * kv_eff))
+        window_pair_s = max(window_pair_s, sliding_pair_kv_bytes * dram / (bw * kv_eff))
     # one kernel per token-head (the decode and prefill fits agree within 25%: their mean is used)
     terms.append(Attention(
         name="attention", fixed_s=attn_layers * dec["c0_s"],
@@ -388,7 +425,7 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         window_kv_s=sliding_kv_bytes / (bw * kv_eff) + max(sparse_bytes / (bw * kv_eff),
                                                            sparse_flops / (mla_f * fl_eff)),
         window=window or (sparse_topk if sparse_bytes else 0),
-        pair_s=pair_flops / (f16 * ov.compute_sustain * fl_eff),
+        pair_s=pair_s, window_pair_s=window_pair_s if window else 0.0,
         prefill_fixed_s=attn_layers * pre["c0_s"], token_head_s=(dec["per_seq_head_s"] + pre["per_token_head_s"]) / 2.0,
         heads=heads_total, seq_s=attn_layers * dec["per_seq_s"]))
     terms.append(Elementwise(name="elementwise (norms, activation, RoPE)", bytes_per_token=elem_bytes_per_token,
@@ -421,11 +458,11 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         notes.append(f"pipeline parallel {pp}: stages run one after the other; one send/recv per boundary")
     if sliding_layers:
         notes.append(f"sliding-window layers read at most {window} tokens per sequence (mean context per step)")
-    if 80 <= (gpu.sm or 0) < 90 and (spec.model_type == "gpt_oss" or kv_name.startswith("fp8")):
-        # platforms/cuda.py get_attn_backend_cls (0.11.0): attention sinks or an fp8 KV cache on SM
-        # 8.x select TRITON_ATTN, not FlashAttention
+    if triton_attention:
         notes.append(f"{gpu.name} runs this attention with vLLM's Triton kernel (sinks or an fp8 KV cache on "
-                     "SM 8.x); the tables measure FlashAttention, so its time here is likely optimistic")
+                     "SM 8.x): prefill at the FlashAttention fit's FLOP rate or the kernel's KV traffic (each "
+                     f"block of {16 // min(16, max(1, round(heads_total / max(1.0, kv_heads_total))))} query tokens "
+                     "streams its whole prefix), whichever is slower")
     if mla_bytes or sparse_bytes:
         notes.append("MLA decode: the latent's bytes or the absorbed attention's FLOPs per KV token, whichever is "
                      "slower (many heads share one latent: compute-bound at long context)"

@@ -142,7 +142,11 @@ def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTime
         notes.append(f"data_parallel_size {dp}: {dp} replicas behind the {lb['name']} load balancer ({lb['text']}; "
                      f"{lb['source']}); {fleet['mode']}")
     if not engine.caching and enable_prefix_caching and not engine.counted:
-        notes.append("hybrid KV layout: prefix caching is not modelled (every prompt is computed in full)")
+        notes.append("hybrid KV layout with a Mamba group: prefix caching is not modelled (every prompt is computed "
+                     "in full)")
+    elif engine.caching and not engine.counted:
+        notes.append("hybrid KV layout: prefix caching hits only the prefix every request shares (a system prompt, "
+                     "the chat template's head); a conversation's own history is computed again")
     config = {
         "model": spec.model_id, "gpu": spec.gpu.name, "device": spec.device,
         "tensor_parallel_size": spec.tensor_parallel_size,

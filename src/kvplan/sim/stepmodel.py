@@ -23,6 +23,8 @@ only (the simulator asks the same few hundred token and sequence counts millions
     window_kv_s, window   KV entries of sliding-window layers, capped at ``window`` per sequence
     pair_s, prefill_fixed_s   prefill attention: seconds per (query, key) pair, plus a launch
                      when the step has any pair
+    window_pair_s    prefill pairs of sliding-window layers: a query sees at most ``window`` keys,
+                     so at most ``window`` pairs per prefill token are computed
     general(f)       anything else, from the whole :class:`StepFeatures` (evaluated every step)
 
 and a ``resource``: ``"gpu"`` terms add up to the GPU's time, ``"cpu"`` terms to the engine core's;
@@ -85,6 +87,7 @@ class CostTerm:
     window_kv_s: float = 0.0
     window: int = 0
     pair_s: float = 0.0
+    window_pair_s: float = 0.0
     prefill_fixed_s: float = 0.0
     #: per-sequence features the term reads from StepFeatures beyond the always-filled ones
     needs: tuple[str, ...] = ()
@@ -112,7 +115,7 @@ class CostTerm:
     def describe(self) -> dict:
         """The term's constants, for the JSON (not the hot path)."""
         out = {"name": self.name, "resource": self.resource}
-        for k in ("fixed_s", "kv_token_s", "window_kv_s", "window", "pair_s", "prefill_fixed_s"):
+        for k in ("fixed_s", "kv_token_s", "window_kv_s", "window", "pair_s", "window_pair_s", "prefill_fixed_s"):
             v = getattr(self, k)
             if v:
                 out[k] = v
@@ -182,6 +185,9 @@ class StepModel:
         c["window_kv"] = _sum(t.window_kv_s for t in windowed)
         c["window"] = max((t.window for t in windowed), default=0)
         c["pair"] = _sum(t.pair_s for t in gpu)
+        pair_windowed = [t for t in gpu if t.window_pair_s]
+        c["window_pair"] = _sum(t.window_pair_s for t in pair_windowed)
+        c["pair_window"] = max((t.window for t in pair_windowed), default=0)
         c["prefill_fixed"] = _sum(t.prefill_fixed_s for t in gpu)
         c["cpu_fixed"] = _sum(t.fixed_s for t in cpu)
         c["cpu_seq_s"] = _sum(t.seq_s for t in cpu if t.HAS_PER_SEQ and t.LINEAR_PER_SEQ)
@@ -217,6 +223,7 @@ class StepModel:
         tokens_part, seqs_part = self._tokens, self._seqs
         fixed, kv, window, window_kv = c["fixed"], c["kv"], c["window"], c["window_kv"]
         prefill_fixed, pair = c["prefill_fixed"], c["pair"]
+        window_pair, pair_window = c["window_pair"], c["pair_window"]
         cpu_fixed, cpu_seq_s, cpu_per_seq = c["cpu_fixed"], c["cpu_seq_s"], tuple(c["cpu_per_seq"])
         general, cpu_general = tuple(c["general"]), tuple(c["cpu_general"])
         overlap = self.async_overlap
@@ -235,6 +242,10 @@ class StepModel:
                 gpu += window_kv * (kv_read_tokens if kv_read_tokens < cap else cap)
             if attn_pairs:
                 gpu += prefill_fixed + pair * attn_pairs
+                if window_pair:
+                    cap = pair_window * (features.prefill_tokens if features is not None and features.prefill_tokens
+                                         else tokens)
+                    gpu += window_pair * (attn_pairs if attn_pairs < cap else cap)
             cpu = cpu_fixed + cpu_seq_s * num_seqs
             if cpu_per_seq:
                 v = cpu_seq.get(num_seqs)
@@ -374,6 +385,8 @@ class StepModel:
                 v += t.window_kv_s * min(f.kv_read_tokens, f.num_seqs * t.window)
             if f.attn_pairs:
                 v += t.prefill_fixed_s + t.pair_s * f.attn_pairs
+                if t.window_pair_s:
+                    v += t.window_pair_s * min(f.attn_pairs, t.window * (f.prefill_tokens or f.tokens))
             if t.HAS_GENERAL:
                 v += t.general(f)
             (cpu if t.resource == "cpu" else gpu)[t.name] = v
@@ -404,6 +417,7 @@ class StepModel:
         return {"format": MODEL_FORMAT, "source": self.source, "device": self.device, "clock": dict(self.clock),
                 "terms": [t.describe() for t in self.terms],
                 "per_kv_token_s": c["kv"], "per_attn_pair_s": c["pair"], "prefill_fixed_s": c["prefill_fixed"],
+                "sliding_per_attn_pair_s": c["window_pair"],
                 "sliding_per_kv_token_s": c["window_kv"], "sliding_window": c["window"], "fixed_gpu_s": c["fixed"],
                 "cpu_step_s": c["cpu_fixed"], "cpu_seq_s": c["cpu_seq_s"], "async_overlap": self.async_overlap,
                 "request_overhead_s": self.request_overhead_s, "api_request_s": self.api_request_s,

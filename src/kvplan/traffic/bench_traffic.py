@@ -308,6 +308,25 @@ def chat_template_tokens_for(model_type: str) -> int:
     return CHAT_TEMPLATE_TOKENS.get((model_type or "").lower(), DEFAULT_CHAT_TEMPLATE_TOKENS)
 
 
+#: A reasoning chat model's own reply to a random-token prompt on the chat endpoint, without
+#: ``--ignore-eos``: log-normal (median tokens, sigma), the reply stopping (EOS) there unless
+#: ``max_tokens`` comes first. gpt-oss answers in Harmony's channels: a short analysis of the
+#: gibberish, then a short final message ending in <|return|>. Fitted to the dev set's token counts
+#: only (GPUStack gpt-oss-20b, vLLM 0.11.0, chat endpoint, 12 runs on A100/H100): 0.936-0.953 of
+#: max_tokens 100 (32,000- and 2,000-token prompts), 0.523-0.535 of 200 (4,000-token prompts), all
+#: of 4: median 104 tokens, sigma 0.21 give 0.940 and 0.529. The other families in the dev set
+#: (Qwen2/2.5/3, GLM-4.5-Air) run random prompts to max_tokens (0.97-1.00); gpt-oss-120b on the
+#: completions endpoint (no Harmony template: a plain continuation) stops too, about 0.25 of 1,024
+#: tokens (dennislee22), which this table does not cover.
+RANDOM_PROMPT_REPLY = {"gpt_oss": (104.0, 0.21)}
+
+
+def random_prompt_reply_for(model_type: str):
+    """(median tokens, log sigma) of the family's reply to a random-token chat prompt, or None: it
+    runs to max_tokens."""
+    return RANDOM_PROMPT_REPLY.get((model_type or "").lower())
+
+
 def tokenizer_facts(path: str) -> tuple[int, int]:
     """(num_special_tokens_to_add, vocab_size) of a tokenizer.json (or a folder with one), as a
     Hugging Face fast tokenizer reports them (vocab without added tokens)."""

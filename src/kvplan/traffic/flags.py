@@ -180,7 +180,8 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
         raise UsageError("--duration is not a vllm bench serve flag: the run is --num-prompts requests")
     if (flags.get("arrival") or "poisson") != "poisson":
         raise UsageError("--arrival is kvplan bench's; with vllm bench serve's traffic use --burstiness")
-    from .bench_traffic import BenchTraffic, chat_template_tokens_for, special_tokens_for, tokenizer_facts
+    from .bench_traffic import (BenchTraffic, chat_template_tokens_for, random_prompt_reply_for, special_tokens_for,
+                                tokenizer_facts)
 
     kw = {k: v for k, v in given.items() if v is not None}
     kw["seed"] = int(seed or 0)
@@ -202,6 +203,7 @@ def traffic_maker(*, flags: dict[str, Any], model_spec=None, vllm_version: Optio
                                     "whose draws depend on the tokenizer's vocab size: without --tokenizer kvplan "
                                     "uses config.json's vocab_size, so the send times follow vLLM's law but not "
                                     "its exact draws",)
-    chat_tokens = chat_template_tokens_for(getattr(model_spec, "model_type", "") or "")
+    model_type = getattr(model_spec, "model_type", "") or ""
     return trace_maker(rate=None, bench=bench, version=version, num_special=num_special, vocab_size=vocab,
-                       notes=notes, chat_template_tokens=chat_tokens), bench_model
+                       notes=notes, chat_template_tokens=chat_template_tokens_for(model_type),
+                       reply_len=random_prompt_reply_for(model_type)), bench_model

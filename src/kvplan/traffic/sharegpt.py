@@ -104,6 +104,14 @@ def early_stops(outputs: list[int], seed: int, share: float = EARLY_STOP_SHARE) 
     return out
 
 
+def reply_stops(outputs: list[int], seed: int, median: float, sigma: float) -> list[int]:
+    """The tokens each reply gets when the model ends its own reply (log-normal length, ``median``
+    tokens, log ``sigma``) unless bench's ``max_tokens`` (``outputs``) comes first; deterministic
+    in ``seed``."""
+    rng = random.Random(f"reply-eos:{seed}")
+    return [min(o, max(1, round(median * math.exp(sigma * rng.gauss(0.0, 1.0))))) for o in outputs]
+
+
 def sample_pairs(n: int, seed: int, output_len: Optional[int] = None, scale: float = 1.0) -> list[tuple[int, int]]:
     """``n`` (prompt, output) token lengths, deterministic in ``seed``: a histogram cell by its
     weight, then uniform lengths inside it (redrawn until prompt + output passes the 2,048 cap).

@@ -123,7 +123,7 @@ def trace_from_requests(requests, source: str) -> Trace:
 
 def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
                 rate: Optional[float] = None, warm_up: bool = True, notes: tuple = (),
-                chat_template_tokens: int = 0) -> Trace:
+                chat_template_tokens: int = 0, reply_len: Optional[tuple] = None) -> Trace:
     """The requests ``vllm bench serve`` sends for ``traffic`` (a
     :class:`kvplan.traffic.bench_traffic.BenchTraffic`), as vLLM ``version`` samples them; ``rate``
     overrides ``--request-rate`` (a saturation search). The engine's prompt is the client's count
@@ -131,13 +131,16 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
     t = 0: vLLM bench sends it once as its test request (and ``--num-warmups`` times more) before
     the run starts. On the chat endpoint the server renders the model's chat template instead:
     ``chat_template_tokens`` instead of the special tokens (the template's own text; shared by
-    every request up to the user message, so they hit the prefix cache too)."""
+    every request up to the user message, so they hit the prefix cache too). ``reply_len``
+    (median tokens, log sigma): the model's own reply to a random-token prompt on the chat endpoint
+    (:data:`kvplan.traffic.bench_traffic.RANDOM_PROMPT_REPLY`), which ends it before ``max_tokens``
+    unless ``--ignore-eos``."""
     import dataclasses
 
     import functools
 
     from .bench_traffic import sample_bench
-    from .sharegpt import early_stops, sample_pairs, tokenizer_scale
+    from .sharegpt import early_stops, reply_stops, sample_pairs, tokenizer_scale
 
     t = traffic if rate is None else dataclasses.replace(traffic, request_rate=rate)
     smp = sample_bench(t, version=version, num_special=num_special, vocab_size=vocab_size,
@@ -146,6 +149,9 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
         # the model answers and may end (EOS) before the reference reply's length
         smp = dataclasses.replace(smp, output_lens=tuple(early_stops(list(smp.output_lens), t.seed)))
     chat = "chat" in str(getattr(t, "endpoint", ""))
+    replies = reply_len if (chat and reply_len and t.dataset_name == "random" and not t.ignore_eos) else None
+    if replies:
+        smp = dataclasses.replace(smp, output_lens=tuple(reply_stops(list(smp.output_lens), t.seed, *replies)))
     added = chat_template_tokens if chat else num_special
     # the template's text before the user message (all but its ~5 closing tokens) is every prompt's
     head = max(0, chat_template_tokens - 5) if chat else num_special
@@ -190,6 +196,11 @@ def bench_trace(traffic, *, version: tuple = (0, 33), num_special: int = 1, voca
         notes = tuple(notes) + (f"ShareGPT replies: the model ends {EARLY_STOP_SHARE:.0%} of them (EOS) before "
                                 "bench's max_tokens (the reference reply's length), at a uniform point of it; "
                                 "--ignore-eos runs them to max_tokens",)
+    if replies:
+        bench["reply_tokens_median"], bench["reply_tokens_sigma"] = replies
+        notes = tuple(notes) + (f"random prompts on the chat endpoint: this model ends its own reply (EOS) at about "
+                                f"{replies[0]:.0f} tokens (log-normal, sigma {replies[1]:g}; the dev set's token "
+                                "counts) unless max_tokens comes first; --ignore-eos runs them to max_tokens",)
     return Trace(tuple(reqs), t.describe(), max_concurrency=t.max_concurrency, warm_prefixes=warm, bench=bench,
                  notes=tuple(notes) + tuple(t.notes))
 
@@ -199,7 +210,8 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
                 input_len: Optional[str] = None, output_len: Optional[str] = None, arrival: str = "poisson",
                 seed: int = 0, bench=None, max_concurrency: Optional[int] = None,
                 version: tuple = (0, 33), num_special: int = 1, vocab_size: int = 32000,
-                notes: tuple = (), chat_template_tokens: int = 0) -> Callable[[Optional[float]], Trace]:
+                notes: tuple = (), chat_template_tokens: int = 0,
+                reply_len: Optional[tuple] = None) -> Callable[[Optional[float]], Trace]:
     """The traffic flags of ``kvplan simulate`` / ``kvplan tune`` -> ``make_trace(rate)``: a request
     log replayed (its timestamps unless a rate is given), ``vllm bench serve``'s traffic (``bench``,
     a :class:`BenchTraffic`), else synthetic arrivals at the rate (1,000 requests unless
@@ -218,7 +230,7 @@ def trace_maker(*, rate: Optional[float], requests: Optional[str] = None, tokeni
         bench.validate()
         limits.requests(bench.num_prompts, "--num-prompts")
         maker = TraceMaker(bench=bench, version=version, num_special=num_special, vocab_size=vocab_size,
-                           notes=tuple(notes), chat_template_tokens=chat_template_tokens)
+                           notes=tuple(notes), chat_template_tokens=chat_template_tokens, reply_len=reply_len)
         maker(None)  # every flag checked now
         return maker
     if rate is None and not requests:
@@ -267,6 +279,7 @@ class TraceMaker:
     max_tokens: Optional[int] = None  # a log's records without an output length get this (preflight's --max-tokens)
     estimate: Optional[bool] = None  # a log without a tokenizer: estimated from characters (logtrace's rule)
     chat_template_tokens: int = 0  # vllm bench's chat endpoint: the template's tokens added to each prompt
+    reply_len: Optional[tuple] = None  # the model's own reply to a random chat prompt (median, log sigma)
 
     def __call__(self, r: Optional[float], length: Optional[int] = None) -> Trace:
         import dataclasses
@@ -276,7 +289,8 @@ class TraceMaker:
         if self.bench is not None:
             b = self.bench if length is None else dataclasses.replace(self.bench, num_prompts=length)
             return bench_trace(b, version=self.version, num_special=self.num_special, vocab_size=self.vocab_size,
-                               rate=r, notes=self.notes, chat_template_tokens=self.chat_template_tokens)
+                               rate=r, notes=self.notes, chat_template_tokens=self.chat_template_tokens,
+                               reply_len=self.reply_len)
         if self.requests:
             from .logtrace import trace_from_log
 
