@@ -129,6 +129,8 @@ def test_hybrid_model_hits_the_prefix_every_request_shares():
     off = simulate(req, Trace(reqs, "shared head"), enable_prefix_caching=False).to_dict()
     assert off["tokens"]["prefix_cache_hit_tokens"] == 0 and off["tokens"]["prompt_computed"] == 20 * 300
     assert on["latency_s"]["ttft"]["mean"] < off["latency_s"]["ttft"]["mean"]
+    # the shared blocks are held once, not per request
+    assert on["kv_cache"]["peak_usage"] < off["kv_cache"]["peak_usage"]
 
 
 def test_async_scheduling_follows_the_platform():
