@@ -205,3 +205,22 @@ def test_gpt_oss_experts_on_h100_run_marlin_before_vllm_0_12():
     prefill = StepFeatures(tokens=8192, num_seqs=2, kv_read_tokens=8192, max_context=4096, prefill_seqs=2,
                            prefill_tokens=8192)
     assert old.step_time(prefill) > 1.3 * new.step_time(prefill)
+
+
+def test_a_prefill_attention_fit_above_the_peak_is_not_used():
+    """H200's prefill attention rows fit to 390-470x the peak (their latencies do not grow with the
+    FLOPs) and L40S's fp8 ones to 9x: a failed fit. The model takes the same architecture's fit
+    (H100 for H200), else the GPU's other KV dtype, and says so; every fit it uses is physical."""
+    for name in K.available():
+        for key in K.load_table(name)["attention"]:
+            kv, hd = key.split("/")
+            fit, where = K.physical_prefill_fit(name, kv, int(hd))
+            assert 0 < fit["flops_eff"] <= 1.0, (name, key, where)
+    fit, where = K.physical_prefill_fit("H200-141GB", "bfloat16", 128)
+    assert where == "H100-SXM5-80GB bfloat16/128"
+    _, h200 = _model("meta-llama/Llama-3.1-8B-Instruct", "H200")
+    _, h100 = _model("meta-llama/Llama-3.1-8B-Instruct", "H100")
+    assert any("faster than the GPU's peak" in n for n in h200.notes)
+    assert not any("faster than the GPU's peak" in n for n in h100.notes)
+    # same peak FLOP rate and the same fit: the same seconds per prefill pair
+    assert h200.term("attention").pair_s == pytest.approx(h100.term("attention").pair_s)

@@ -178,6 +178,28 @@ def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0) -> GemmTable:
     return GemmTable(table["gemm"], bw, f16 * compute_scale, f8 * compute_scale)
 
 
+def physical_prefill_fit(table_name: str, kv_dtype: str, head_dim: int) -> tuple[dict, str]:
+    """The prefill attention fit nearest to (KV dtype, head dim) whose FLOP efficiency is physical
+    (at most the peak): a fit above the peak (H200's rows of AIConfigurator's table, whose latencies
+    do not grow with the FLOPs: 34 % median fit error) is a failed fit, so the same architecture's
+    other GPU's fit stands in, else this GPU's other KV dtype, else the default (0.5 of peak).
+    Returns (fit, where it came from)."""
+    def ok(fit: dict) -> bool:
+        return 0.0 < (fit.get("flops_eff") or 0.0) <= 1.0
+
+    att, key = attention_fit(load_table(table_name), kv_dtype, head_dim)
+    if ok(att["prefill"]):
+        return att["prefill"], f"{table_name} {key}"
+    for other in same_arch_tables(table_name):
+        o_att, o_key = attention_fit(load_table(other), kv_dtype, head_dim)
+        if ok(o_att["prefill"]):
+            return o_att["prefill"], f"{other} {o_key}"
+    for o_key, o_att in load_table(table_name)["attention"].items():
+        if ok(o_att["prefill"]):
+            return o_att["prefill"], f"{table_name} {o_key}"
+    return {"c0_s": att["prefill"].get("c0_s") or 1e-5, "flops_eff": 0.5, "per_token_head_s": 0.0}, "default 0.5"
+
+
 def weight_only_ratio(table: dict, kind: str) -> Optional[PerTokens]:
     r = table.get("weight_only", {}).get("ratio_to_bf16", {}).get(kind)
     if not r:

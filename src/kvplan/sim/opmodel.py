@@ -313,6 +313,10 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     head_dim = getattr(layers[0].mixer, "head_dim", 128) if layers else 128
     att, att_key = K.attention_fit(table, kv_name, head_dim)
     dec, pre = att["decode"], att["prefill"]
+    if not 0.0 < (pre.get("flops_eff") or 0.0) <= 1.0:
+        pre, pre_src = K.physical_prefill_fit(table_name, kv_name, head_dim)
+        notes.append(f"{table_name}'s prefill attention fit ({att_key}) is faster than the GPU's peak (a failed fit "
+                     f"of the measured rows): the fit of {pre_src} is used")
     kv_eff = dec["bandwidth_eff"] or 0.8
     fl_eff = pre["flops_eff"] or 0.5
     attn_layers = max(1, sum(1 for lay in layers if not isinstance(lay.mixer, LinearStateMixer)))
