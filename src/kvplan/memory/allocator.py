@@ -24,6 +24,7 @@ allocator does; temporaries freed during loading are not modelled (each moves a 
 from __future__ import annotations
 
 import bisect
+import functools
 from typing import Iterable
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
@@ -65,5 +66,10 @@ def allocated_bytes(requests: Iterable[int]) -> int:
 
 def rounding_bytes(requests: Iterable[int]) -> int:
     """How much more than the requested bytes the allocator counts for ``requests``."""
-    requests = list(requests)
-    return allocated_bytes(requests) - sum(int(r) for r in requests)
+    return _rounding_bytes(tuple(int(r) for r in requests))
+
+
+@functools.lru_cache(maxsize=256)
+def _rounding_bytes(requests: tuple[int, ...]) -> int:
+    # a tune sweep plans the same weights (hundreds of tensors) once per configuration and budget
+    return allocated_bytes(requests) - sum(requests)

@@ -158,10 +158,26 @@ def _mlp_tensors(spec: ModelSpec, layer: Layer) -> Iterator[Tensor]:
             yield Tensor("shared_expert_gate", h, "rep")
 
 
+def _memo(spec: ModelSpec) -> dict:
+    """Figures derived from ``spec`` alone, kept on it: a frozen spec's fields never change, and one
+    ``tune`` sweep plans the same model hundreds of times (the tensors of every layer, each time).
+    ``dataclasses.replace`` makes a new spec, with an empty memo."""
+    memo = spec.__dict__.get("_params_memo")
+    if memo is None:
+        memo = {}
+        object.__setattr__(spec, "_params_memo", memo)  # not a field: equality, repr and asdict ignore it
+    return memo
+
+
 def layer_tensors(spec: ModelSpec, layer: Layer) -> list[Tensor]:
-    out = list(_attention_tensors(spec, layer)) + list(_mlp_tensors(spec, layer))
-    out.append(Tensor("layer_norms", layer.norms * spec.hidden_size, "rep"))
-    return out
+    memo = _memo(spec)
+    key = ("layer_tensors", layer)
+    cached = memo.get(key)
+    if cached is None:
+        out = list(_attention_tensors(spec, layer)) + list(_mlp_tensors(spec, layer))
+        out.append(Tensor("layer_norms", layer.norms * spec.hidden_size, "rep"))
+        cached = memo[key] = tuple(out)
+    return list(cached)  # the caller's own list (the Tensors are frozen)
 
 
 def embedding_tensors(spec: ModelSpec) -> list[Tensor]:
@@ -186,6 +202,14 @@ def vision_params(spec: ModelSpec, tp: int = 1) -> int:
 
 def count_params(spec: ModelSpec, include_vision: bool = True) -> int:
     """Logical parameter count (unsharded, unpadded), as a model card reports it."""
+    memo = _memo(spec)
+    key = ("count_params", include_vision)
+    if key not in memo:
+        memo[key] = _count_params(spec, include_vision)
+    return memo[key]
+
+
+def _count_params(spec: ModelSpec, include_vision: bool) -> int:
     total = sum(t.numel for t in embedding_tensors(spec))
     total += sum(t.numel for t in head_tensors(spec))
     if spec.tie_word_embeddings:
@@ -314,6 +338,19 @@ def weights_per_rank(spec: ModelSpec, tp: int = 1, pp: int = 1, dtype_bytes: int
                      moe_padding: Optional[tuple[int, int]] = None) -> list[StageWeights]:
     """Weight bytes held by one GPU of each pipeline stage (all TP ranks of a stage are equal).
     ``moe_padding`` (from :func:`mxfp4_padding`) lays MXFP4 experts out as the GPU's kernel does."""
+    key = ("weights_per_rank", tp, pp, dtype_bytes, quant, moe_padding)
+    try:
+        memo = _memo(spec)
+        cached = memo.get(key)
+    except TypeError:  # an unhashable quantization: computed each time
+        return _weights_per_rank(spec, tp, pp, dtype_bytes, quant, moe_padding)
+    if cached is None:
+        cached = memo[key] = tuple(_weights_per_rank(spec, tp, pp, dtype_bytes, quant, moe_padding))
+    return list(cached)
+
+
+def _weights_per_rank(spec: ModelSpec, tp: int, pp: int, dtype_bytes: int, quant: Optional[Quantization],
+                      moe_padding: Optional[tuple[int, int]]) -> list[StageWeights]:
     ranges = pp_layer_ranges(spec.num_layers, pp)
     vision = vision_params(spec, tp) * dtype_bytes  # on stage 0's ranks (sharded for Qwen-VL towers)
     stages = []
