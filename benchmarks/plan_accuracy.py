@@ -375,21 +375,27 @@ def measured_mla_rows() -> list[dict]:
     return rows
 
 
-def _vendor_build_what_if() -> list[dict]:
-    builds = vendor_builds()
-    rows = []
+def _replanned(selected, overrides):
+    """(prefix, log file, its text, the parsed log, the GPU, the printed version, the plan) for each case in
+    ``selected``, planned with ``overrides(prefix)`` over the case's own flags: a what-if's rows."""
     for prefix, model, gpu, version, engine, flags, _family in CASES:
-        if prefix not in builds:
+        if prefix not in selected:
             continue
         path = next(LOGS.glob(prefix + "-*.log"))
         text = path.read_text()
-        log = parse_startup_log(text)
         g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
-        upstream = builds[prefix][0]
-        r = plan(PlanRequest(_spec(model), g, vllm_version=upstream, engine=engine, **flags), what_ifs=False)
+        kw = {"vllm_version": version, "engine": engine, **flags, **overrides(prefix)}
+        yield prefix, path, text, parse_startup_log(text), g, version, plan(PlanRequest(_spec(model), g, **kw),
+                                                                              what_ifs=False)
+
+
+def _vendor_build_what_if() -> list[dict]:
+    builds = vendor_builds()
+    rows = []
+    for prefix, path, text, log, g, version, r in _replanned(builds, lambda p: {"vllm_version": builds[p][0]}):
         measured = _measured_gib(prefix, path.name, log, r)
         est = r.memory.available_kv_cache_gib
-        rows.append({"log": path.name, "printed": version, "as": upstream, "measured_gib": measured,
+        rows.append({"log": path.name, "printed": version, "as": builds[prefix][0], "measured_gib": measured,
                      "kvplan_gib": round(est, 2), "error_gib": round(est - measured, 2),
                      "error_pct": round((est - measured) / (measured if measured >= 1.0 else g.memory_gib) * 100, 1),
                      "verdict_right": _verdict_right(r, log, text)})
@@ -398,15 +404,8 @@ def _vendor_build_what_if() -> list[dict]:
 
 def _no_flashinfer_what_if() -> list[dict]:
     rows = []
-    for prefix, model, gpu, version, engine, flags, _family in CASES:
-        if prefix not in NO_FLASHINFER_WHAT_IF:
-            continue
-        path = next(LOGS.glob(prefix + "-*.log"))
-        text = path.read_text()
-        log = parse_startup_log(text)
-        g = custom_gpu(int(gpu * GIB), f"{gpu} GiB") if isinstance(gpu, float) else find_gpu(gpu)
-        r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, flashinfer_sampler=False, **flags),
-                 what_ifs=False)
+    for prefix, path, text, log, _g, _version, r in _replanned(NO_FLASHINFER_WHAT_IF,
+                                                                 lambda p: {"flashinfer_sampler": False}):
         measured = min(log.available_kv_gib)
         est = r.memory.available_kv_cache_gib
         rows.append({"log": path.name, "measured_gib": measured, "kvplan_gib": round(est, 2),
