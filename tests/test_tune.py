@@ -146,6 +146,31 @@ def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
     assert tune(big, prefixed, slo, space=space, profile=STEP, processes=1, judge_saturation=False).reused == 0
 
 
+def test_a_run_whose_requests_waited_for_sequences_stands_for_the_same_seqs_with_more_kv():
+    """STEADY keeps about 10 requests in flight: 4 sequences hold the rest waiting, 64 never fill.
+    The KV cache of an H100 (no memory override) never decides anything, so per max_num_seqs one
+    run stands for every gpu_memory_utilization: 2 simulations, not 4, and every row as simulated."""
+    space = replace(TINY, kv_cache_dtype=("auto",), max_num_seqs=(4, 64), gpu_memory_utilization=(0.8, 0.9))
+    slo = parse_slo("ttft_p99=200ms")
+    fast = tune(BASE.__class__(model=QWEN, gpu=find_gpu("H100")), STEADY, slo, space=space, profile=STEP,
+                processes=1, judge_saturation=False)
+    full = tune(BASE.__class__(model=QWEN, gpu=find_gpu("H100")), STEADY, slo, space=space, profile=STEP,
+                processes=1, reuse=False, judge_saturation=False)
+    assert (fast.simulated, fast.reused, full.simulated) == (2, 2, 4)
+    waited = [r for r in full.rows if r.flags["max_num_seqs"] == 4]
+    assert waited and all(r.latency_s["ttft"]["max"] > 0.1 for r in waited)  # they did wait
+    assert sorted((r.flags["max_num_seqs"], r.reused_from is not None) for r in fast.rows) == [
+        (4, False), (4, True), (64, False), (64, True)]
+
+    def strip(r):
+        d = r.to_dict()
+        d.pop("reused_from")
+        d.pop("saturation_reason")
+        return d
+
+    assert [strip(r) for r in fast.rows] == [strip(r) for r in full.rows]
+
+
 def test_the_reuse_rule():
     from kvplan.tune.reuse import can_stand_for, step_demand_blocks
     from kvplan.tune.share import ShareOutcome
@@ -165,7 +190,13 @@ def test_the_reuse_rule():
 
     assert can_stand_for(s64, [run()], s128, 100)
     assert not can_stand_for(s128, [run()], s64, 100)  # fewer sequences than the run had
-    assert not can_stand_for(s64, [run(max_waiting=1)], s128, 100)
+    assert not can_stand_for(s64, [run(max_waiting=1)], s128, 100)  # 64 sequences may have held it back
+    # the same max_num_seqs with other KV memory: requests that waited for a sequence slot or the
+    # token budget wait the same way, unless it was the KV cache that held one back
+    s64_more = replace(s64, index=-1)
+    assert can_stand_for(s64, [run(max_waiting=3)], s64_more, 100)
+    assert not can_stand_for(s64, [run(max_waiting=3, kv_waits=1)], s64_more, 100)
+    assert not can_stand_for(s64, [run(kv_waits=1)], s128, 100)
     assert not can_stand_for(s64, [run(preemptions=1)], s128, 100)
     assert not can_stand_for(s64, [run(kv_rejections=1)], s128, 100)
     assert can_stand_for(s64, [run(kv_peak_blocks=usable - demand)], s128, 100)

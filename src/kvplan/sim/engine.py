@@ -127,6 +127,9 @@ class Engine(DecodeBookkeeping, ClientSide):
         self.step_prompt_acc = 0
         self.kv_peak = 0.0
         self.max_waiting = 0
+        # times the waiting queue's head stayed waiting for want of KV blocks (allocate_slots None):
+        # a run without any ran as it would with more blocks (kvplan.tune.reuse)
+        self.kv_waits = 0
         # Closed loop (vllm bench's --max-concurrency): a heap of the times at which a client slot
         # is free. Request k is sent at max(its arrival, the earliest free slot), in index order
         # (bench's asyncio.Semaphore wakes waiters first in, first out); a slot frees when the
@@ -517,6 +520,7 @@ class Engine(DecodeBookkeeping, ClientSide):
             wm = self.watermark_blocks if running else 0
             full_need, need = kv.admission(num_tokens, max_model_len, hit_b, ev, num_new_tokens)
             if (reserve_full and full_need + wm > pool.free) or need + ev + wm > pool.free:
+                self.kv_waits += 1
                 break  # allocate_slots returns None: the full prompt (0.19+), then this chunk, must fit
             waiting.popleft()
             running.append(r)

@@ -186,7 +186,7 @@ class FleetView:
         self.rejected_reasons = reasons
         self.itl_w = [p for e in self.engines for p in e.itl_w]
         self.itl_x = [x for e in self.engines for x in e.itl_x]
-        for name in ("prompt_computed", "cached_tokens", "recomputed", "preemptions", "steps", "busy_s"):
+        for name in ("prompt_computed", "cached_tokens", "recomputed", "preemptions", "steps", "busy_s", "kv_waits"):
             setattr(self, name, sum(getattr(e, name) for e in self.engines))
         self.pool = _PoolView(e0.pool.num_blocks, e0.pool.usable)
         self.block_size = e0.block_size

@@ -330,7 +330,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                   "block_size": engine.block_size, "peak_usage": _r(engine.kv_peak),
                   "prefix_caching": engine.caching},
         engine={"steps": engine.steps, "busy_s": _r(engine.busy_s), "simulated_s": _r(engine.t),
-                "max_waiting": engine.max_waiting, "mean_step_s": _r(engine.busy_s / engine.steps)
+                "max_waiting": engine.max_waiting, "kv_waits": engine.kv_waits, "mean_step_s": _r(engine.busy_s / engine.steps)
                 if engine.steps else None, "median_step": median_steps(engine, profile)},
         timeline=_coarsen(engine.timeline, MAX_TIMELINE_ROWS), first_token_order=tuple(engine.first_order), saturation=sat,
         profile=profile.to_dict(), trace=trace.to_dict(), checks=tuple(checks), per_request=per,

@@ -7,10 +7,13 @@ request (``len(running) < max_num_seqs``, ``allocate_slots`` finding the blocks)
 request grows (``allocate_slots``, else preemption). So a run S stands for a configuration T that
 differs from S only in those two limits when, in S:
 
-- no request ever stayed waiting after a step (``max_waiting == 0``: every admission succeeded at
-  its first chance, so nothing was held back by ``max_num_seqs``, the KV cache or the token budget),
-  no preemption happened and no request was rejected for not fitting the KV cache;
-- T allows at least S's ``max_num_seqs``, and T's usable blocks cover the most S ever held plus the
+- no preemption happened, no request was rejected for not fitting the KV cache, and no waiting
+  request was ever held back for want of KV blocks (``kv_waits == 0``: the KV cache never decided
+  anything);
+- if a request ever stayed waiting after a step (``max_waiting > 0``: held back by ``max_num_seqs``
+  or the token budget, the only other limits the loop consults), T has S's ``max_num_seqs``
+  exactly (the token budget is equal within a family); otherwise T allows at least S's;
+- T's usable blocks cover the most S ever held plus the
   most one step can ask for (decodes crossing a block boundary, ``max_num_batched_tokens`` of
   prefill, and one whole prompt for ``full_sequence_must_fit`` admission), so no allocation of the
   same schedule can fail in T;
@@ -61,12 +64,15 @@ def can_stand_for(source: "Candidate", runs: Sequence["ShareOutcome"], target: "
     """True when the runs of ``source`` are, step for step, what ``target`` would do, and (with
     ``judge_saturation``) their saturation verdict is too: a verdict that weighed the completion
     ceiling does not carry over, the ceiling's burst fills max_num_seqs and the KV cache."""
-    if target.plan.flags.max_num_seqs < source.plan.flags.max_num_seqs:
+    source_seqs, target_seqs = source.plan.flags.max_num_seqs, target.plan.flags.max_num_seqs
+    if target_seqs < source_seqs:
         return False
     usable = target.plan.kv.usable_blocks
     for run in runs:
-        if run.max_waiting or run.preemptions or run.kv_rejections:
+        if run.preemptions or run.kv_rejections or run.kv_waits:
             return False
+        if run.max_waiting and target_seqs != source_seqs:
+            return False  # max_num_seqs may have held requests back: more sequences would admit them
         if judge_saturation and run.ceiling_measured:
             return False
         if run.kv_peak_blocks + step_demand_blocks(target, max_prompt) > usable:

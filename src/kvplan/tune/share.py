@@ -39,6 +39,7 @@ class ShareOutcome:
     max_waiting: int = 0  # the waiting queue after a step, at its longest
     kv_peak_blocks: int = 0  # KV blocks in use after a step, at most
     kv_rejections: int = 0  # requests rejected because they could never fit the KV cache
+    kv_waits: int = 0  # times a waiting request was held back for want of KV blocks
     saturated: Optional[bool] = None  # the simulator's verdict on the replica's backlog (None: trace too short)
     saturation_reason: str = ""  # the detector's own words (why it could or could not judge)
     #: the verdict weighed the completion ceiling: a burst that fills max_num_seqs and the KV cache,
@@ -155,6 +156,7 @@ def outcome_of(result, trace) -> ShareOutcome:
         ttft=tuple(ttft), tpot=tuple(tpot), e2e=tuple(e2e), itl=dict(result.latency_s["itl"]),
         preemptions=int(result.preemptions), max_waiting=int(result.engine.get("max_waiting") or 0),
         kv_peak_blocks=peak, kv_rejections=int(result.rejected_reasons.get("exceeds_kv_cache", 0)),
+        kv_waits=int(result.engine.get("kv_waits") or 0),
         saturated=(result.saturation or {}).get("saturated"),
         saturation_reason=str((result.saturation or {}).get("reason") or ""),
         ceiling_measured=(result.saturation or {}).get("ceiling_rps") is not None,
