@@ -112,6 +112,7 @@ class Prober:
         self.judge_errors = not any(s.key == "error_rate" for s in self.slo)
         self._ceiling: Optional[float] = None
         self._runs: dict[tuple, dict] = {}
+        self._args: dict[int, tuple] = {}  # id(run) -> its (rate, replicas, requests): records() runs it again
         self.probes: list[dict] = []
 
     # -- the ceiling -------------------------------------------------------------------------------
@@ -163,30 +164,7 @@ class Prober:
         key = (replicas, round(rate, 9), n)
         if key in self._runs:
             return self._runs[key]
-        from .simulate import simulate
-
-        trace = self.workload.trace(rate, n)
-        rule = self.rule(replicas) if replicas > 1 else None
-        symmetric = (rule is not None and rule.static and not getattr(trace, "max_concurrency", None)
-                     and not (rule.balancer == "vllm" and rule.clients == 1))
-        if symmetric:
-            # the rule depends on the arrival order only: the replicas are alike, replica 1's share stands for all
-            from .balancer import assign_blind, assign_static
-
-            reqs = trace.requests
-            owner = (assign_blind(rule, [r.arrival_s for r in reqs], replicas) if rule.kind == "blind"
-                     else assign_static(rule, len(reqs), replicas))
-            share = tuple(r for r, j in zip(reqs, owner) if j == 0)
-            res = simulate(dataclasses.replace(self.request, data_parallel_size=1),
-                           dataclasses.replace(trace, requests=share), profile=self.profile,
-                           plan_result=self.engine_spec, slo=self.slo, ceiling_rps=self.ceiling(), **self.sim_kwargs)
-            mode = (f"symmetry: replica 1 of {replicas} simulated on its {rule.balancer} share; its percentiles "
-                    "stand for every replica's")
-        else:
-            req = dataclasses.replace(self.request, data_parallel_size=replicas)  # the plan is per replica
-            res = simulate(req, trace, profile=self.profile, plan_result=self.engine_spec, slo=self.slo,
-                           load_balancer=self.load_balancer, ceiling_rps=self.ceiling(), **self.sim_kwargs)
-            mode = (res.fleet or {}).get("mode") or "one replica"
+        res, mode, trace = self._simulate(rate, replicas, n)
         sat = res.saturation
         failed_ok = res.requests["failed"] == 0 or not self.judge_errors
         ok = sat.get("saturated") is False and res.passed and failed_ok
@@ -201,7 +179,41 @@ class Prober:
                "rejected": res.requests["rejected"], "window_arrivals": win.get("arrived"),
                "checks": [dict(c) for c in res.checks], "mode": mode}
         self._runs[key] = run
+        self._args[id(run)] = (rate, replicas, n)
         return run
+
+    def records(self, run: dict) -> Sequence[dict]:
+        """The per-request records of a probe this prober ran (simulated again: the same run)."""
+        res, _, _ = self._simulate(*self._args[id(run)], per_request=True)
+        return res.per_request or ()
+
+    def _simulate(self, rate: float, replicas: int, n: Optional[int], per_request: bool = False):
+        from .simulate import simulate
+
+        kw = dict(self.sim_kwargs, per_request=True) if per_request else self.sim_kwargs
+        trace = self.workload.trace(rate, n)
+        rule = self.rule(replicas) if replicas > 1 else None
+        symmetric = (rule is not None and rule.static and not getattr(trace, "max_concurrency", None)
+                     and not (rule.balancer == "vllm" and rule.clients == 1))
+        if symmetric:
+            # the rule depends on the arrival order only: the replicas are alike, replica 1's share stands for all
+            from .balancer import assign_blind, assign_static
+
+            reqs = trace.requests
+            owner = (assign_blind(rule, [r.arrival_s for r in reqs], replicas) if rule.kind == "blind"
+                     else assign_static(rule, len(reqs), replicas))
+            share = tuple(r for r, j in zip(reqs, owner) if j == 0)
+            res = simulate(dataclasses.replace(self.request, data_parallel_size=1),
+                           dataclasses.replace(trace, requests=share), profile=self.profile,
+                           plan_result=self.engine_spec, slo=self.slo, ceiling_rps=self.ceiling(), **kw)
+            mode = (f"symmetry: replica 1 of {replicas} simulated on its {rule.balancer} share; its percentiles "
+                    "stand for every replica's")
+        else:
+            req = dataclasses.replace(self.request, data_parallel_size=replicas)  # the plan is per replica
+            res = simulate(req, trace, profile=self.profile, plan_result=self.engine_spec, slo=self.slo,
+                           load_balancer=self.load_balancer, ceiling_rps=self.ceiling(), **kw)
+            mode = (res.fleet or {}).get("mode") or "one replica"
+        return res, mode, trace
 
 
 def find_capacity(request, make_trace, *, slo=(), replicas: Optional[int] = None, profile=None, plan_result=None,
@@ -250,9 +262,77 @@ def find_capacity(request, make_trace, *, slo=(), replicas: Optional[int] = None
     if unjudged:
         reason += (f"; {len(unjudged)} probe(s) could not be judged even on {pb.max_requests:,} requests and count "
                    "as failing: a lower bound")
-    noise = max(rel_tol, stat, (bad - good) / bad if bad > 0 else 0.0)
+    first_bad = min((p for p in pb.probes if not p["ok"] and p["replicas"] == n and p["rate"] >= good),
+                    key=lambda p: p["rate"], default=None)
+    slo_noise, slo_words = _slo_noise(pb, n, last_ok, first_bad) if last_ok else (0.0, "")
+    if slo_words:
+        reason += "; " + slo_words
+    noise = min(1.0, max(rel_tol, stat, slo_noise, (bad - good) / bad if bad > 0 else 0.0))
     return dict(out, max_rate=round(good, 6), first_failing_rate=round(bad, 6), per_replica=round(good / n, 6),
                 per_gpu=round(good / gpus, 6), noise=round(noise, 4), judged=not unjudged, reason=reason)
+
+
+#: the latency SLOs whose statistic a run's per-request records give (ITL is per token: not here)
+_PER_REQUEST_METRICS = ("ttft", "tpot", "e2e")
+#: batches of the run, in arrival order, for the batch-means error of an SLO's statistic
+BATCHES = 4
+
+
+def _slo_noise(pb: Prober, replicas: int, good: dict, bad: Optional[dict]) -> tuple[float, str]:
+    """The capacity's uncertainty when a latency SLO bounds it: 3 standard errors of that SLO's
+    statistic at the answer, by batch means (the answer's run cut into ``BATCHES`` stretches in
+    arrival order: a p99 over one trace is correlated in time - a burst delays many requests at
+    once - so the spread between stretches, not a binomial count, is its error), turned into a
+    rate by the statistic's slope between the answer and the highest passing probe at or below
+    90 % of its rate. Returns (relative noise, words); (0, "") when no SLO binds or it cannot be
+    estimated."""
+    if bad is None:
+        return 0.0, ""
+    binding = [c["name"] for c in bad.get("checks", ()) if not c.get("passed")
+               and c["name"].split("_", 1)[0] in _PER_REQUEST_METRICS and "_" in c["name"]]
+    if not binding:
+        return 0.0, ""  # the fleet's backlog (or errors) bound it: the saturation test's noise stands
+    below = [p for p in pb.probes if p["ok"] and p["replicas"] == replicas and p["rate"] <= 0.9 * good["rate"]]
+    ref = max(below, key=lambda p: p["rate"], default=None)
+    from .result import summarize
+
+    done = sorted((r for r in pb.records(good) if r["status"] == "completed"), key=lambda r: r["arrival"])
+    if ref is None or len(done) < 10 * BATCHES:
+        return 0.0, ""
+    worst, words = 0.0, ""
+    for name in binding:
+        metric, stat = name.split("_", 1)
+        value_at = {p["rate"]: c["value"] for p in (good, ref) for c in p["checks"] if c["name"] == name}
+        if len(value_at) < 2 or value_at[good["rate"]] is None or value_at[ref["rate"]] is None:
+            continue
+        slope = (value_at[good["rate"]] - value_at[ref["rate"]]) / (good["rate"] - ref["rate"])
+        per_batch = []
+        for b in range(BATCHES):
+            part = done[b * len(done) // BATCHES:(b + 1) * len(done) // BATCHES]
+            xs = [_metric_of(r, metric) for r in part]
+            xs = [x for x in xs if x is not None]
+            if xs:
+                per_batch.append(getattr(summarize(xs), stat, None))
+        per_batch = [x for x in per_batch if x is not None]
+        if len(per_batch) < 2:
+            continue
+        mean = sum(per_batch) / len(per_batch)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in per_batch) / (len(per_batch) - 1))
+        error = 3.0 * sd / math.sqrt(len(per_batch))  # 3 standard errors of the whole run's statistic
+        noise = 1.0 if slope <= 0 else min(1.0, error / slope / good["rate"])
+        if noise > worst:
+            worst = noise
+            words = (f"{name} at the answer varies {1e3 * sd:.3g} ms between the run's {len(per_batch)} stretches "
+                     f"(batch means: ±{1e3 * error:.3g} ms, 3 standard errors; {100 * noise:.0f} % of the rate at its "
+                     "slope): more requests narrow it")
+    return worst, words
+
+
+def _metric_of(record: dict, metric: str) -> Optional[float]:
+    if metric == "tpot":
+        n = record["output_tokens"]
+        return (record["end"] - record["first_token"]) / (n - 1) if n > 1 else None
+    return record[metric]
 
 
 def replicas_needed(request, make_trace, target_rate: float, *, slo=(), profile=None, plan_result=None,
