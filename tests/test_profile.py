@@ -159,6 +159,18 @@ def test_checks_without_a_plan_are_skipped_not_passed():
     assert checks["kv_per_request_short"].status == "pass"  # needs only the server's own figures
 
 
+def test_a_burst_no_scrape_caught_is_skipped_not_failed(tiny_plan):
+    """All 64 completed while the only scrape saw nothing running or waiting (a busy host answered
+    /metrics after the burst): the concurrency was not measured, so it is not judged; 40 of 64
+    running is a measurement, and fails."""
+    burst = P.ProfileStep(**{**_step("burst", 64, None, prompt=97, max_tokens=32).__dict__, "peak_running": 0})
+    check = _by_id(P.build_checks(_server(), tiny_plan, None, {"burst": burst}, 128, None, 0.9))["concurrency"]
+    assert check.status == "skipped" and "too fast to catch" in check.evidence, check
+    burst = P.ProfileStep(**{**burst.__dict__, "peak_running": 40})
+    assert _by_id(P.build_checks(_server(), tiny_plan, None, {"burst": burst}, 128, None, 0.9))["concurrency"].status \
+        == "fail"
+
+
 def test_a_missed_request_is_skipped_and_an_error_fails(tiny_plan):
     checks = _by_id(P.build_checks(_server(), tiny_plan, None, {"short": _step(measured=None)}, 64, None, 0.9))
     assert checks["kv_per_request_short"].status == "skipped" and "too fast" in checks["kv_per_request_short"].evidence
