@@ -118,6 +118,15 @@ def test_usage_errors():
         tune(BASE, BURST, (), space=TINY, processes=0, judge_saturation=False)
 
 
+def _as_simulated(row) -> dict:
+    """A row as its own simulation would give it: without the run it took (``reused_from``) and the
+    verdict's words, which quote the ceiling of the configuration that ran."""
+    d = row.to_dict()
+    d.pop("reused_from")
+    d.pop("saturation_reason")
+    return d
+
+
 def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
     big = replace(BASE, kv_cache_memory_bytes=4000 * BLOCK_BF16)
     space = replace(TINY, max_num_seqs=(4, 64, 128))
@@ -131,14 +140,7 @@ def test_a_run_stands_for_configs_whose_extra_seqs_and_blocks_it_never_used():
     assert sorted(r.flags["max_num_seqs"] for r in reused) == [128, 128]
     assert all("seqs=64" in r.reused_from for r in reused)
 
-    def strip(r):
-        d = r.to_dict()
-        d.pop("reused_from")
-        # the verdict is the source run's; its words quote the ceiling of the configuration that ran
-        d.pop("saturation_reason")
-        return d
-
-    assert [strip(r) for r in fast.rows] == [strip(r) for r in full.rows]
+    assert [_as_simulated(r) for r in fast.rows] == [_as_simulated(r) for r in full.rows]
     # Shared prefixes: more free blocks keep more cached prefixes, so no run stands for another.
     from kvplan.sim import Trace
 
@@ -152,23 +154,15 @@ def test_a_run_whose_requests_waited_for_sequences_stands_for_the_same_seqs_with
     run stands for every gpu_memory_utilization: 2 simulations, not 4, and every row as simulated."""
     space = replace(TINY, kv_cache_dtype=("auto",), max_num_seqs=(4, 64), gpu_memory_utilization=(0.8, 0.9))
     slo = parse_slo("ttft_p99=200ms")
-    fast = tune(BASE.__class__(model=QWEN, gpu=find_gpu("H100")), STEADY, slo, space=space, profile=STEP,
-                processes=1, judge_saturation=False)
-    full = tune(BASE.__class__(model=QWEN, gpu=find_gpu("H100")), STEADY, slo, space=space, profile=STEP,
-                processes=1, reuse=False, judge_saturation=False)
+    h100 = PlanRequest(model=QWEN, gpu=find_gpu("H100"))
+    fast = tune(h100, STEADY, slo, space=space, profile=STEP, processes=1, judge_saturation=False)
+    full = tune(h100, STEADY, slo, space=space, profile=STEP, processes=1, reuse=False, judge_saturation=False)
     assert (fast.simulated, fast.reused, full.simulated) == (2, 2, 4)
     waited = [r for r in full.rows if r.flags["max_num_seqs"] == 4]
     assert waited and all(r.latency_s["ttft"]["max"] > 0.1 for r in waited)  # they did wait
     assert sorted((r.flags["max_num_seqs"], r.reused_from is not None) for r in fast.rows) == [
         (4, False), (4, True), (64, False), (64, True)]
-
-    def strip(r):
-        d = r.to_dict()
-        d.pop("reused_from")
-        d.pop("saturation_reason")
-        return d
-
-    assert [strip(r) for r in fast.rows] == [strip(r) for r in full.rows]
+    assert [_as_simulated(r) for r in fast.rows] == [_as_simulated(r) for r in full.rows]
 
 
 def test_the_reuse_rule():
