@@ -141,7 +141,9 @@ def test_watch_under_small_load(tiny_llama_server):
     w = Watcher(tiny_llama_server.base_url, window_s=30)
     first = w.poll()
     assert first.up and first.kv_cache_usage is not None
-    t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name, 8, 64))
+    # 8 completions of 160 tokens one after another (about 1 s each): the 0.5 s polls fall inside them
+    # (64 tokens ran about 0.2 s: a CI run beside a busy job saw no poll with a request running)
+    t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name, 8, 160))
     t.start()
     snaps = []
     deadline = time.monotonic() + 120

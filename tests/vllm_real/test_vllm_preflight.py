@@ -144,8 +144,11 @@ def test_kv_cache_that_cannot_hold_the_traffic_is_no_go(tiny_llama_model, tmp_pa
     conc = checks["plan_concurrency"]
     assert conc["status"] == "fail" and conc["measured"] > fit, conc
     assert checks["plan_starts"]["status"] == "pass"
-    # preempted requests are recomputed, not failed
-    assert checks["load_errors"]["status"] == "pass", (checks["load_errors"], d["sections"].get("load"))
+    # preempted requests are recomputed, not failed (on failure: the load run's own error record, which
+    # names each failed request's error; a CI run once saw 1 of 16 fail and the message did not say why)
+    bench = json.loads((tmp_path / "out" / "preflight-bench.json").read_text())
+    assert checks["load_errors"]["status"] == "pass", (checks["load_errors"]["evidence"], bench.get("errors"),
+                                                       bench.get("error_examples"), bench.get("requests"))
 
 
 def test_kv_cache_too_small_to_start_is_no_go_without_launching(tiny_llama_model, tmp_path):

@@ -39,7 +39,7 @@ __all__ = ["GPU_MEMORY_LIMIT", "MAX_BURST", "ProfileCheck", "ProfileError", "Pro
 SCRAPE_INTERVAL_S = 0.1
 TOKEN_ID_BASE = 10  # prompts are token ids from here on (ids 0-9 are often special tokens)
 TOKEN_ID_SPAN = 1000
-STEP_ATTEMPTS = 3  # a request faster than the scrape interval is sent again (at most this often)
+STEP_ATTEMPTS = 3  # a request faster than the scrape interval is sent again (at most this often, scraped 4x as often)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 #: the largest answer read from the server (/metrics, a completion, /v1/models): a bigger one is not read
 MAX_ANSWER_BYTES = 16 << 20
@@ -261,8 +261,10 @@ class _Client:
             return {"error": "response is not JSON"}
         return {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
 
-    async def run(self, shape: Shape, n: int, first_index: int) -> tuple[list[dict], _Watch, float, dict]:
-        """Send ``n`` requests at once and scrape until they finish. (results, watch, seconds, after)."""
+    async def run(self, shape: Shape, n: int, first_index: int,
+                  interval_s: float = SCRAPE_INTERVAL_S) -> tuple[list[dict], _Watch, float, dict]:
+        """Send ``n`` requests at once and scrape every ``interval_s`` until they finish.
+        (results, watch, seconds, after)"""
         watch = _Watch()
         t0 = time.monotonic()
         tasks = [asyncio.create_task(self.complete(prompt_ids(first_index + i, shape.prompt_tokens), shape.max_tokens))
@@ -271,7 +273,7 @@ class _Client:
             snap = await self.scrape()
             if snap is not None and not all(t.done() for t in tasks):
                 watch.add(snap, self.gpu.sample() if self.gpu is not None else None, n)
-            await asyncio.wait(tasks, timeout=SCRAPE_INTERVAL_S)
+            await asyncio.wait(tasks, timeout=interval_s)
         seconds = time.monotonic() - t0
         results = [t.result() for t in tasks]
         after_snap = await self.scrape()
@@ -372,13 +374,15 @@ def _step(name: str, shape: Shape, n: int, results: list[dict], watch: _Watch, s
 
 async def _probe(client: _Client, name: str, shape: Shape, n: int, first_index: int, srv: ServerFacts,
                  deadline: float) -> ProfileStep:
-    """Run one step; a step whose requests all ran between two scrapes is sent again (new prompts)."""
+    """Run one step; a step whose requests all ran between two scrapes is sent again (new prompts,
+    the same shape: its block count is what is measured), scraped four times as often each time."""
     attempt = 0
     while True:
         attempt += 1
         base = await client.scrape()
         baseline = base.get("kv_cache_usage") if base is not None else None
-        results, watch, seconds, after = await asyncio.wait_for(client.run(shape, n, first_index + attempt * n),
+        interval = SCRAPE_INTERVAL_S / 4 ** (attempt - 1)
+        results, watch, seconds, after = await asyncio.wait_for(client.run(shape, n, first_index + attempt * n, interval),
                                                                 timeout=max(1.0, deadline - time.monotonic()))
         step = _step(name, shape, n, results, watch, seconds, after, attempt, baseline, srv)
         if step.measured_kv_blocks is not None or step.errors or attempt >= STEP_ATTEMPTS \
