@@ -103,7 +103,7 @@ def test_profile_launch_starts_measures_and_stops(tiny_llama_model, tmp_path):
     rc, d, err = kvplan_profile("--launch", "--vllm-bin", str(env.vllm_python()), "--log", str(log),
                                 "--startup-timeout", "480", *plan_flags(tiny_llama_model.path), "--enforce-eager",
                                 timeout=600)
-    assert rc == 0, err
+    assert rc == 0, (err, _statuses(d))
     assert_matches_plan(d)
     launched = d["launched"]
     assert launched["log_path"] == str(log) and "KV cache size" in log.read_text(errors="replace")
