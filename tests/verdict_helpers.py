@@ -24,6 +24,14 @@ from typing import Optional
 CLIENT_LAG_TOLERANCE_S = 1.0
 
 
+#: How far above the server's median bucket the client's median latency may lie: the client's share
+#: (HTTP, chat template, tokenisation, delivery of the stream) runs in the API server's process,
+#: which a 2-core host's CPU engine threads starve (a CI run: 225 ms over the server's TTFT with the
+#: client on schedule). One second still catches a unit or a quantile misread (a factor of 1000, a
+#: p99 for a p50).
+CLIENT_SERVER_GAP_TOLERANCE_S = 1.0
+
+
 class ClientBoundRun(UserWarning):
     """A load run fell behind its schedule; the test checked the rest and tolerated it."""
 

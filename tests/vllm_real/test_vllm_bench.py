@@ -11,13 +11,19 @@ import pytest
 from kvplan.bench.config import BenchConfig, parse_length, parse_slo
 from kvplan.bench.metrics import Histogram
 from kvplan.bench.run import run_bench
-from verdict_helpers import CLIENT_LAG_TOLERANCE_S, assert_bench_passed, client_note, tolerate_host_contention
+from kvplan.traffic.arrivals import rate_schedule
+from verdict_helpers import (CLIENT_LAG_TOLERANCE_S, CLIENT_SERVER_GAP_TOLERANCE_S, assert_bench_passed, client_note,
+                             tolerate_host_contention)
 
 pytestmark = pytest.mark.vllm
 
 # (96 output tokens kept a request always in flight, but kept the CPU server busy throughout: on a slow
-# host a CI run's client then lagged by seconds and 3 requests failed; 48 leaves it idle half the time)
-RATE, DURATION, OUT_LEN = 3.0, 10.0, 48
+# host a CI run's client then lagged by seconds and 3 requests failed; 48 leaves it idle half the time.)
+# The rate is not a whole number: bench scrapes on a 1 s grid from the run's start, so at 3.0 req/s
+# every scrape fell on a send (k/3 s) and read the server between two requests: 4 CI runs out of 4
+# caught none. At 2.7 req/s the scrapes fall 0.04 to 0.33 s after a send, spread over the gap.
+RATE, DURATION, OUT_LEN = 2.7, 10.0, 48
+N_REQUESTS = len(list(rate_schedule(RATE, "constant", end_s=DURATION)))  # 27: sends at k / 2.7 s, k < 27
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,7 @@ def test_request_and_token_counts_match_the_server(bench_run):
     server, d, records = bench_run
     assert d["model"] == server.served_model_name  # discovered from /v1/models
     assert d["ignore_eos"] is True  # owned_by: vllm
-    n = int(RATE * DURATION)
+    n = N_REQUESTS
     assert d["requests"] == {"total": n, "ok": n, "failed": 0, "error_rate": 0.0, "warmup_excluded": 0}
     assert d["errors"] == {} and not d["partial"]
     assert_bench_passed(None, d)  # every gate, bar a client-bound verdict on an overloaded host (stated tolerance)
@@ -57,23 +63,25 @@ def test_request_and_token_counts_match_the_server(bench_run):
 def test_latencies_fall_in_the_server_histogram_buckets(bench_run):
     _, d, _ = bench_run
     hists = d["server"]["histograms"]
-    n = int(RATE * DURATION)
-    # With the host's cores taken by other jobs (bench's host-contention diagnosis), the client
-    # reads its sockets late: its latencies exceed the server's by the scheduling delay, so only
-    # "never below the server's bucket" holds (a CI run beside a busy loop and a second suite saw
-    # client TTFT p50 0.50 s against the server's 0.225 s).
+    n = N_REQUESTS
+    # vLLM times a request from its input processing to its output processing in the API server;
+    # the client adds HTTP, templating, tokenisation and the stream's delivery. On an idle host that
+    # is a bucket; on a 2-core host where the CPU engine's threads take both cores it is not (a CI
+    # run: client TTFT p50 240 ms, server 15.6 ms, with the client's own schedule kept). So: the
+    # client is never below the server's median bucket, and above it by at most the stated gap.
     unloaded = tolerate_host_contention(d, "histogram buckets")
     for key in ("ttft", "e2e"):
         h = hists[key]
         assert h["count"] == n  # the server observed exactly our requests
         server_p50 = h["p50"]
         client_p50 = d["latency_s"][key]["p50"]
-        # the client adds HTTP and detokenisation time; it must land in the server's median bucket or the next
-        bi, ci = _bucket_index(h["buckets"], server_p50), _bucket_index(h["buckets"], client_p50)
-        assert 0 <= ci - bi <= (1 if unloaded else len(h["buckets"])), (key, server_p50, client_p50, h["buckets"])
-        assert client_p50 >= h["buckets"][bi - 1][0] if bi > 0 else True
+        bi = _bucket_index(h["buckets"], server_p50)
+        upper = float("inf") if h["buckets"][bi][0] == "+Inf" else h["buckets"][bi][0]
+        lower = h["buckets"][bi - 1][0] if bi > 0 else 0.0
+        where = (key, server_p50, client_p50, h["buckets"], "unloaded" if unloaded else "host contended")
+        assert lower <= client_p50 <= upper + CLIENT_SERVER_GAP_TOLERANCE_S, where
         # the server's own mean is below the client's (same requests, measured later and earlier)
-        assert h["mean"] <= d["latency_s"][key]["mean"] * 1.05
+        assert h["mean"] <= d["latency_s"][key]["mean"] * 1.05, where
     b = [(float("inf") if le == "+Inf" else le, c) for le, c in hists["ttft"]["buckets"]]
     assert Histogram(tuple(b), 0, n).quantile(0.5) == pytest.approx(hists["ttft"]["p50"], abs=1e-6)
 

@@ -141,8 +141,14 @@ def test_kv_cache_that_cannot_hold_the_traffic_is_no_go(tiny_llama_model, tmp_pa
     assert "--max-num-seqs 2" in changes, pre["fixes"]
     cap = next(f for f in pre["fixes"] if f["change"] == "--max-num-seqs 2")
     assert cap["basis"] == "plan" and cap["numbers"]["kv_cache_tokens"] == 5120, cap
+    # requests in flight at the load rate (Little's law over the measured E2E) exceed what fits; whether
+    # they also do at the target rate (fail) or only with the load factor's headroom (warn) depends on
+    # how fast this host ran them (a CI run's busy host: 4.47 in flight at 0.75 req/s, 2.98 at 0.5)
     conc = checks["plan_concurrency"]
-    assert conc["status"] == "fail" and conc["measured"] > fit, conc
+    load_factor = d["sections"]["load"]["requested_rate"] / 0.5
+    available = fit  # the KV cache binds here (max_num_seqs is in the hundreds)
+    assert conc["measured"] > fit, conc
+    assert conc["status"] == ("fail" if conc["measured"] / load_factor > available else "warn"), (conc, load_factor)
     assert checks["plan_starts"]["status"] == "pass"
     # preempted requests are recomputed, not failed (on failure: the load run's own error record, which
     # names each failed request's error; a CI run once saw 1 of 16 fail and the message did not say why)

@@ -216,7 +216,9 @@ class Bench:
         except (NotImplementedError, RuntimeError):  # not the main thread (tests) / platform
             pass
         scrape_stop = asyncio.Event()
-        async with aiohttp.ClientSession() as session:
+        from .client import connector
+
+        async with aiohttp.ClientSession(connector=connector()) as session:
             t_base = time.monotonic()
             if cfg.scrape_metrics:
                 await self.scraper.baseline(session, t_base + T0_LEAD_S)

@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 import aiohttp
 
 from ..traffic.arrivals import rate_schedule
-from .client import Record, execute
+from .client import Record, connector, execute
 from .config import BenchConfig
 from .prompts import RequestSource
 
@@ -240,8 +240,7 @@ class _Worker:
             await asyncio.wait(list(self.tasks), timeout=0.25)
 
     async def run(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        async with aiohttp.ClientSession(connector=connector, auto_decompress=False,
+        async with aiohttp.ClientSession(connector=connector(limit=0, ttl_dns_cache=300), auto_decompress=False,
                                          timeout=aiohttp.ClientTimeout(total=None)) as session:
             self.session = session
             await self._sleep_until(self.t0)

@@ -39,6 +39,8 @@ __all__ = ["GPU_MEMORY_LIMIT", "MAX_BURST", "ProfileCheck", "ProfileError", "Pro
 SCRAPE_INTERVAL_S = 0.1
 TOKEN_ID_BASE = 10  # prompts are token ids from here on (ids 0-9 are often special tokens)
 TOKEN_ID_SPAN = 1000
+#: counters that tell one engine step from the next in two scrapes (see _Watch._note_waiting)
+_STEP_CLOCK = ("generation_tokens", "prompt_tokens")
 STEP_ATTEMPTS = 3  # a request faster than the scrape interval is sent again (at most this often, scraped 4x as often)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 #: the largest answer read from the server (/metrics, a completion, /v1/models): a bigger one is not read
@@ -78,6 +80,9 @@ class ProfileStep:
     max_model_len_blocks: int  # what reserving max_model_len per request would take
     peak_gpu_memory_bytes: Optional[int]
     after: dict  # kv usage, running, waiting once the step's requests finished
+    # two scrapes between which an engine step generated tokens and admitted no prompt while requests
+    # waited: the server held them back (max_num_seqs or KV), not its token budget; None: never seen
+    held_back: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -197,6 +202,9 @@ class _Watch:
     peak_waiting: Optional[int] = None
     peak_gpu: Optional[int] = None
     usage_at_full: list[float] = field(default_factory=list)  # usage when every request was running
+    # (running, waiting, generation tokens, prompt tokens) of each scrape that saw requests waiting
+    waiting_scrapes: list[tuple] = field(default_factory=list)
+    held_back: Optional[str] = None
 
     def add(self, snap, gpu_sample: Optional[list], expect_running: int) -> None:
         self.scrapes += 1
@@ -209,9 +217,24 @@ class _Watch:
                 self.usage_at_full.append(usage)
         if waiting is not None:
             self.peak_waiting = int(waiting) if self.peak_waiting is None else max(self.peak_waiting, int(waiting))
+            if waiting and running is not None and int(running) < expect_running:
+                self._note_waiting(int(running), int(waiting), snap.get("generation_tokens"), snap.get("prompt_tokens"))
         used = [g["memory_used_bytes"] for g in gpu_sample or () if g.get("memory_used_bytes") is not None]
         if used:
             self.peak_gpu = max(used) if self.peak_gpu is None else max(self.peak_gpu, max(used))
+
+    def _note_waiting(self, running: int, waiting: int, generated, prompted) -> None:
+        """Requests waiting is not by itself the server holding them back: vLLM V1 admits a burst
+        within its token budget (max_num_batched_tokens), so the rest wait a step or two while
+        every step prefills. A step that generated tokens and finished no prefill while requests
+        still waited had budget left and did not admit them: a max_num_seqs or KV-cache limit."""
+        if generated is None or prompted is None:
+            return
+        for r0, w0, g0, p0 in self.waiting_scrapes:
+            if self.held_back is None and generated > g0 and prompted == p0:
+                self.held_back = (f"{running} running and {waiting} waiting after engine steps that generated "
+                                  f"{generated - g0:.0f} tokens and prefilled none (before: {r0} running, {w0} waiting)")
+        self.waiting_scrapes.append((running, waiting, generated, prompted))
 
 
 class _Client:
@@ -224,7 +247,7 @@ class _Client:
 
         from ..bench import metrics as M
 
-        prefixes = None if full else tuple(n for k in M.GAUGE_KEYS for n in M.ALIASES[k])
+        prefixes = None if full else tuple(n for k in (*M.GAUGE_KEYS, *_STEP_CLOCK) for n in M.ALIASES[k])
         try:
             async with self.session.get(self.base_url + "/metrics", headers=self.headers, allow_redirects=False,
                                         timeout=aiohttp.ClientTimeout(total=10)) as r:
@@ -369,7 +392,7 @@ def _step(name: str, shape: Shape, n: int, results: list[dict], watch: _Watch, s
         peak_running=watch.peak_running, peak_waiting=watch.peak_waiting, measured_kv_blocks=measured,
         expected_kv_blocks_per_request=lo if lo == hi else hi,
         max_model_len_blocks=math.ceil(srv.max_model_len / srv.block_size), peak_gpu_memory_bytes=watch.peak_gpu,
-        after=after)
+        after=after, held_back=watch.held_back)
 
 
 async def _probe(client: _Client, name: str, shape: Shape, n: int, first_index: int, srv: ServerFacts,
@@ -445,7 +468,9 @@ async def _profile(base, plan_result, log, startup, model_name, long_prompt_toke
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + timeout_s
     notes: list[str] = []
-    async with aiohttp.ClientSession() as session:
+    from ..bench.client import connector
+
+    async with aiohttp.ClientSession(connector=connector()) as session:
         client = _Client(session, base, model_name or "", headers, timeout_s, gpu)
         srv = await _discover(client, plan_result, log, model_name)
         client.model = srv.model

@@ -96,18 +96,22 @@ def build_checks(srv: ServerFacts, plan_result, log, steps: dict[str, "ProfileSt
     burst = steps.get("burst")
     if burst is not None:
         reached = burst.peak_running
-        # Fewer running than sent, and no scrape ever saw one waiting, while all completed: the
-        # scrapes missed the burst's peak (a busy host answers /metrics late, vLLM's gauges move once
-        # per step), which measures nothing. A server that held requests back shows them waiting.
-        missed = (reached is not None and reached < burst.requests and not burst.peak_waiting
+        # Fewer running than sent while all completed is either the server holding requests back
+        # (max_num_seqs, KV: a step ran with requests waiting and prefilled none of them, see
+        # ProfileStep.held_back) or scrapes that missed the peak: a busy host answers /metrics late,
+        # vLLM's gauges move once per step, and a burst larger than the token budget waits a step or
+        # two while it is prefilled. Only the first is a failure; the second measured nothing.
+        missed = (reached is not None and reached < burst.requests and not burst.held_back
                   and burst.completed > 0 and not burst.errors)
         ok = None if reached is None or missed else (reached >= burst.requests and not burst.errors)
         out.append(_check("concurrency", "concurrency reached in the burst", reached, burst.requests, "all running",
                           f"{burst.requests} requests sent at once ({burst_planned} planned: max_num_seqs and the KV "
                           f"cache for {burst.prompt_tokens}+{burst.max_tokens}-token requests, capped at {MAX_BURST}); "
                           f"peak running {reached}, peak waiting {burst.peak_waiting}, {burst.completed} completed"
+                          + (f"; held back: {burst.held_back}" if burst.held_back and reached < burst.requests else "")
                           + (f"; errors: {'; '.join(burst.errors)}" if burst.errors else ""),
-                          ok, (f"no scrape caught the burst at its peak (peak running {reached}, never one waiting; "
+                          ok, (f"no scrape caught the burst at its peak (peak running {reached}, peak waiting "
+                               f"{burst.peak_waiting}, never a step that left requests waiting without prefilling; "
                                f"{burst.attempts} attempt(s), {burst.scrapes} scrape(s)): too fast to catch") if missed
                           else "no scrape of vllm:num_requests_running during the burst"))
     hybrid = len(plan_result.kv.groups) if plan_result is not None and len(plan_result.kv.groups) > 1 else 0
