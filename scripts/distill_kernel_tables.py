@@ -245,9 +245,19 @@ def distil_attention(gen: list[dict], ctx: list[dict], gpu: dict) -> dict:
     return out
 
 
+#: Bytes per element of AIConfigurator's all-reduce rows: its collector (collector/vllm/
+#: collect_all_reduce.py) reduces ``message_size`` *elements* of a half-precision tensor (shape
+#: [message_size / 4096, 4096], float16 by default), and its SDK queries the table with tokens ×
+#: hidden elements (``query_custom_allreduce(..., size)``, "size: number of elements"; its speed of
+#: light charges size × 2 bytes). Read as bytes, every message looked twice its size: at TP 4 on
+#: H200 the table's 32 MiB row (16 Mi elements) takes 170 us, nccl-tests' 32 MiB all-reduce on the
+#: same GPUs 173 us (microsoft/apex_plus profile/comm/H200-SXM-141GB/all_reduce.csv).
+AIC_ALLREDUCE_ELEMENT_BYTES = 2
+
+
 def distil_allreduce(rs: list[dict]) -> dict:
     sizes = sorted({r["message_size"] for r in rs})
-    out: dict = {"message_bytes": sizes}
+    out: dict = {"message_bytes": [s * AIC_ALLREDUCE_ELEMENT_BYTES for s in sizes]}
     for be in ("vllm_graph", "vllm_eager"):
         per = {}
         for tp in sorted({r["num_gpus"] for r in rs}):

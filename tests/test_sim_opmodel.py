@@ -39,6 +39,26 @@ def test_shipped_tables_are_compact_and_complete():
         assert t["attention"] and t["allreduce"]["graph"]
 
 
+#: nccl-tests all-reduce of half-precision messages on one 8-GPU node, microseconds (microsoft/apex_plus
+#: @d96aa5f profile/comm/{H100-SXM-80GB,H200-SXM-141GB}/all_reduce.csv, MIT): an independent kernel-level
+#: measurement of the sizes vLLM hands to symmetric memory or NCCL (> 8 MiB at TP 2/4 on Hopper).
+NCCL_TESTS_US = {("H100-SXM5-80GB", 2, 32): 139, ("H100-SXM5-80GB", 4, 32): 171, ("H100-SXM5-80GB", 4, 64): 323,
+                 ("H100-SXM5-80GB", 8, 64): 325, ("H200-141GB", 2, 32): 142, ("H200-141GB", 4, 32): 173,
+                 ("H200-141GB", 4, 64): 326, ("H200-141GB", 8, 64): 374}
+
+
+@pytest.mark.parametrize("gpu,tp,mib", sorted(NCCL_TESTS_US))
+def test_the_all_reduce_table_is_read_in_bytes(gpu, tp, mib):
+    """AIConfigurator's all-reduce rows count half-precision *elements*; read as bytes, every message
+    looked twice its size and a prefill step's all-reduce took about twice as long as measured (an 8B
+    model at TP 4 on H200: 28 of a 57 ms step). Large messages are bandwidth-bound, so the shipped
+    table must land near nccl-tests' time for the same bytes (vLLM's symmetric-memory path at TP 8 is
+    faster than NCCL's ring, never twice as slow)."""
+    table = json.loads((K.KERNEL_DIR / f"{gpu}.json").read_text())
+    ours = K.AllReduce(table["allreduce"], tp, graph=True)(mib * 2**20) * 1e6
+    assert 0.7 <= ours / NCCL_TESTS_US[(gpu, tp, mib)] <= 1.3, (ours, NCCL_TESTS_US[(gpu, tp, mib)])
+
+
 def test_every_catalog_gpu_with_peaks_gets_a_model_and_says_where_its_efficiencies_come_from():
     m = load_model("Qwen/Qwen2.5-7B-Instruct")
     for gpu in catalog():
