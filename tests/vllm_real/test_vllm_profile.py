@@ -50,6 +50,18 @@ def _statuses(d: dict) -> dict:
     return {c["id"]: (c["status"], c.get("evidence")) for c in d.get("checks", ())}
 
 
+def _assert_exit_0(rc: int, d: dict, err: str) -> None:
+    """Exit 0, or a failure naming the failed checks first, in full (an assertion's repr is cut at
+    a few hundred characters: a CI run's message ended before the check that failed), then each
+    step's errors and the tail of stderr."""
+    if rc == 0:
+        return
+    failed = {i: ev for i, (status, ev) in _statuses(d).items() if status == "fail"}
+    steps = {s["name"]: s.get("errors") for s in d.get("steps", ()) if s.get("errors")}
+    pytest.fail(f"kvplan profile exited {rc}; failed checks: {failed}; step errors: {steps}; "
+                f"stderr tail: {err[-1500:]}", pytrace=False)
+
+
 def assert_matches_plan(d: dict) -> None:
     checks = _checks(d)
     assert d["ok"], checks
@@ -80,7 +92,7 @@ def assert_matches_plan(d: dict) -> None:
 def test_profile_url_matches_the_plan(tiny_llama_server, tiny_llama_model):
     rc, d, err = kvplan_profile("--url", tiny_llama_server.base_url, "--log", str(tiny_llama_server.log_path),
                                 *plan_flags(tiny_llama_model.path), timeout=240)
-    assert rc == 0, (err, _statuses(d))
+    _assert_exit_0(rc, d, err)
     assert d["model"] == "kvplan-tiny" and d["vllm_version"] == env.check_vllm_env()
     assert_matches_plan(d)
 
@@ -103,7 +115,7 @@ def test_profile_launch_starts_measures_and_stops(tiny_llama_model, tmp_path):
     rc, d, err = kvplan_profile("--launch", "--vllm-bin", str(env.vllm_python()), "--log", str(log),
                                 "--startup-timeout", "480", *plan_flags(tiny_llama_model.path), "--enforce-eager",
                                 timeout=600)
-    assert rc == 0, (err, _statuses(d))
+    _assert_exit_0(rc, d, err)
     assert_matches_plan(d)
     launched = d["launched"]
     assert launched["log_path"] == str(log) and "KV cache size" in log.read_text(errors="replace")
@@ -119,7 +131,7 @@ def test_profile_hybrid_model_pool_matches_and_per_request_rows_are_skipped(gemm
     # blocks that leave the window), so ceil(tokens / block_size) is not the per-request rule there.
     rc, d, err = kvplan_profile("--url", gemma3_server.base_url, "--log", str(gemma3_server.log_path), "--burst", "8",
                                 *plan_flags(gemma3_model.path), timeout=240)
-    assert rc == 0, err
+    _assert_exit_0(rc, d, err)
     checks = _checks(d)
     assert checks["kv_blocks"]["status"] == "pass" and checks["kv_blocks"]["measured"] == 8192
     assert checks["kv_tokens"]["status"] == "pass" and checks["kv_tokens"]["measured"] == 508400
