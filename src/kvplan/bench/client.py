@@ -22,10 +22,10 @@ from .sse import SSEParser
 
 #: every way a request can fail; ``http_<status>`` stands for any non-200 answer.
 #: How long an idle connection is kept for reuse: under the 5 s after which vLLM's API server
-#: closes one (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive). aiohttp keeps them 15 s;
-#: one the server closed whose close the client's event loop has not yet read (a starved host) is
-#: reused and fails with ServerDisconnectedError: a profile burst on a 2-core CI host lost 33 of
-#: its 64 requests that way. aiohttp drops a pooled connection older than this on reuse.
+#: closes one (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive; read in 0.12 and 0.32).
+#: aiohttp keeps them 15 s, and a connection the server has closed but whose close the client's
+#: event loop has not yet read (a starved host) is reused and fails with ServerDisconnectedError.
+#: aiohttp drops a pooled connection older than this on reuse.
 KEEPALIVE_S = 3.0
 
 

@@ -230,8 +230,11 @@ class _Watch:
         still waited had budget left and did not admit them: a max_num_seqs or KV-cache limit."""
         if generated is None or prompted is None:
             return
-        for r0, w0, g0, p0 in self.waiting_scrapes:
-            if self.held_back is None and generated > g0 and prompted == p0:
+        if self.held_back is None:
+            earlier = next(((r0, w0, g0) for r0, w0, g0, p0 in self.waiting_scrapes
+                            if generated > g0 and prompted == p0), None)
+            if earlier is not None:
+                r0, w0, g0 = earlier
                 self.held_back = (f"{running} running and {waiting} waiting after engine steps that generated "
                                   f"{generated - g0:.0f} tokens and prefilled none (before: {r0} running, {w0} waiting)")
         self.waiting_scrapes.append((running, waiting, generated, prompted))
