@@ -4,7 +4,8 @@
   output tokens, TTFT P99 <= 2 s; A100 and H100, up to 128 GPUs): this tree's ``POST /api/tune``
   (``tune --gpus auto``) against what today's code needs for the same question (``tune --gpus
   4,8,...,128 --objective min_gpus``, no per-type answer), under a time limit;
-- the 200-configuration sweep and 1,000,000 simulated requests of ``benchmarks/sim_speed.py``.
+- the 200-configuration sweep and 1,000,000 simulated requests of ``benchmarks/sim_speed.py`` (this
+  tree as built: ``make native`` compiles the simulator, ``KVPLAN_NATIVE=0`` runs it interpreted).
 
     python benchmarks/capacity_speed.py --before <a source tree of today's main> [--limit 600]
 
@@ -62,7 +63,12 @@ req, pr = sim_speed._setup()
 tr = sim_speed._trace(1_000_000, 50.0)
 t0 = time.perf_counter()
 res = simulate(req, tr, plan_result=pr)
-print("RESULT", round(time.perf_counter() - t0, 2), res.engine["steps"])
+wall = round(time.perf_counter() - t0, 2)
+try:
+    from kvplan._native import STATE
+except ImportError:  # a tree from before the native build
+    STATE = "interpreted"
+print("RESULT", wall, res.engine["steps"], "steps,", STATE)
 '''
 
 

@@ -159,8 +159,10 @@ def main(argv=None) -> int:
               f"load average {os.getloadavg()[0]:.1f}")
         side_by_side(args.against, args.rounds)
         return 0
+    from kvplan._native import STATE
+
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f}; simulator {STATE} (make native / KVPLAN_NATIVE=0)")
     if args.quick:
         one(10_000, 50.0, 3)
         return 0

@@ -5,8 +5,8 @@ may import its own subpackage and everything below it, transitively): models and
 memory -> the serve flags and workload -> traffic -> sim and bench (siblings: neither imports the
 other) -> tune (a client of sim) -> report, ops, preflight; cli and the page (ui) are twin front
 ends over library functions: cli may start the page (``kvplan ui``), the page never imports cli.
-errors, quantiles, _json (the one JSON writer), slo, flags, limits (the caps on one run) and _ray are
-the shared base every package may use. An import goes down the order, never up or sideways, at module level or inside a
+errors, quantiles, _json (the one JSON writer), slo, flags, limits (the caps on one run), _ray and
+_native (which build of the simulator runs) are the shared base every package may use. An import goes down the order, never up or sideways, at module level or inside a
 function (a lazy import keeps start-up fast but is as much a dependency). Imports under
 ``if TYPE_CHECKING:`` are exempt: they name the data a function reads (a renderer's result type)
 without loading its producer.
@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "kvplan"
 
 #: the shared base: every package may import these (they import only errors)
-BASE = {"errors", "quantiles", "_json", "slo", "flags", "limits", "_ray"}
+BASE = {"errors", "quantiles", "_json", "slo", "flags", "limits", "_ray", "_native"}
 
 #: each package's direct foundations; the order is their transitive closure
 BUILDS_ON: dict[str, set[str]] = {

@@ -133,8 +133,8 @@ def test_requests_are_never_lost():
 
 
 class _NoStretch(Engine):
-    def _decode_stretch(self, next_arrival):  # the plain step loop, step by step
-        return None
+    def _decode_stretch(self, next_arrival):  # the plain step loop, step by step (no stretch: 0 steps)
+        return 0
 
 
 @pytest.mark.parametrize("async_sched", [False, True])

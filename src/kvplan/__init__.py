@@ -3,6 +3,7 @@
 The public API is small: load a model, pick a GPU, plan. Everything else lives in the domain
 packages (``kvplan.models``, ``kvplan.hardware``, ``kvplan.memory``, ``kvplan.report``).
 """
+from . import _native  # noqa: F401  (first: keeps a stale compiled build out; kvplan._native)
 from .errors import KvplanError, UsageError
 from .hardware import Gpu, custom_gpu, find_gpu, parse_size
 from .memory import PlanRequest, PlanResult, plan

@@ -21,3 +21,185 @@ def percentile(sorted_xs: Sequence[float], p: float) -> Optional[float]:
     hi = min(lo + 1, n - 1)
     frac = pos - lo
     return float(sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * frac)
+
+
+#: Below this many values sorting them is as quick as selecting (and interpreted, always quicker).
+_SELECT_FROM = 20_000
+#: Whether this module runs compiled (``scripts/build_native.py``): selection pays only then.
+COMPILED = not __file__.endswith(".py")
+
+
+def percentiles(values: Sequence[float], ps: Sequence[float]) -> list[Optional[float]]:
+    """``percentile(sorted(values), p)`` for each ``p``: the same floats (the same two order
+    statistics and the same arithmetic), without sorting a large sample when compiled."""
+    n = len(values)
+    if n < _SELECT_FROM or not COMPILED:
+        s = sorted(values)
+        return [percentile(s, p) for p in ps]
+    ranks: list[int] = []
+    for p in ps:
+        lo = int(math.floor((n - 1) * p / 100.0))
+        ranks.append(lo)
+        ranks.append(min(lo + 1, n - 1))
+    at = values_at_ranks(list(values), ranks)
+    out: list[Optional[float]] = []
+    for i, p in enumerate(ps):
+        pos = (n - 1) * p / 100.0
+        lo = int(math.floor(pos))
+        a, b = at[2 * i], at[2 * i + 1]
+        out.append(float(a + (b - a) * (pos - lo)))
+    return out
+
+
+def weighted_percentiles(pairs: list[tuple[float, int]], ps: Sequence[float]) -> tuple[int, list[float], float, float]:
+    """Of (value, count) pairs (each value repeated count >= 1 times; at least one pair): the count,
+    the percentiles ``ps`` (linear, numpy's), the largest value and the exact sum of value x count,
+    in linear time (:func:`weighted_values_at_ranks`)."""
+    n = 0
+    highest = pairs[0][0]
+    products: list[float] = []
+    for v, c in pairs:
+        n += c
+        products.append(v * c)
+        if v >= highest:  # (the last of equal values: the sorted order's last)
+            highest = v
+    ranks: list[int] = []
+    for p in ps:
+        lo = int(math.floor((n - 1) * p / 100.0))
+        ranks.append(lo)
+        ranks.append(min(lo + 1, n - 1))
+    at = weighted_values_at_ranks(pairs, ranks)
+    out: list[float] = []
+    for i, p in enumerate(ps):
+        pos = (n - 1) * p / 100.0
+        a, b = at[2 * i], at[2 * i + 1]
+        out.append(a + (b - a) * (pos - int(math.floor(pos))))
+    return n, out, highest, math.fsum(products)
+
+
+def order_statistic(values: Sequence[float], rank: int) -> float:
+    """``sorted(values)[rank]``, selected without sorting a large sample when compiled."""
+    if len(values) < _SELECT_FROM or not COMPILED:
+        return sorted(values)[rank]
+    return values_at_ranks(list(values), [rank])[0]
+
+
+def _bin_map(lowest: float, highest: float, items: int) -> tuple[float, int]:
+    """(scale, last bin): value v goes to bin min(int((v - lowest) * scale), last). Subtraction,
+    multiplication by a positive number and truncation never reverse an order, so every value in
+    a bin is at most every value in a later one."""
+    bins = max(1, min(1 << 16, items // 8))
+    span = highest - lowest
+    scale = bins / span if span > 0 and math.isfinite(span) else 0.0
+    if not math.isfinite(scale):  # a subnormal span: one bin (then sorted)
+        scale = 0.0
+    return scale, bins - 1
+
+
+#: a bin holding more values than this is split again (a concentrated sample puts most of its
+#: values in a few bins of the range)
+_SORT_UP_TO = 4096
+
+
+def values_at_ranks(values: list[float], ranks: Sequence[int]) -> list[float]:
+    """``sorted(values)[k]`` for each rank ``k`` (0-based), in linear time: one pass counts the
+    values per bin of magnitude, a second keeps the values of the bins holding a wanted rank, and
+    only those are sorted (or, when many, selected from the same way)."""
+    lowest = highest = values[0]
+    for v in values:
+        if v < lowest:
+            lowest = v
+        elif v > highest:
+            highest = v
+    if not highest > lowest:  # all equal: sorting keeps them in place (0.0 and -0.0 included)
+        return [values[k] for k in ranks]
+    scale, last = _bin_map(lowest, highest, len(values))
+    per_bin = [0] * (last + 1)
+    for v in values:
+        b = int((v - lowest) * scale)
+        per_bin[b if b < last else last] += 1
+    where = _locate(per_bin, ranks)
+    kept: dict[int, list[float]] = {b: [] for b, _ in where}
+    wanted = [False] * (last + 1)
+    for b, _ in where:
+        wanted[b] = True
+    for v in values:
+        b = int((v - lowest) * scale)
+        if b > last:
+            b = last
+        if wanted[b]:
+            kept[b].append(v)
+    out: list[float] = []
+    for b, k in where:
+        lst = kept[b]
+        if len(lst) > _SORT_UP_TO and len(lst) < len(values):
+            out.append(values_at_ranks(lst, [k])[0])
+        else:
+            lst.sort()
+            out.append(lst[k])
+    return out
+
+
+def weighted_values_at_ranks(pairs: list[tuple[float, int]], ranks: Sequence[int]) -> list[float]:
+    """:func:`values_at_ranks` of (value, count) pairs, each value repeated ``count`` (>= 1) times."""
+    lowest = highest = pairs[0][0]
+    for v, _ in pairs:
+        if v < lowest:
+            lowest = v
+        elif v > highest:
+            highest = v
+    if not highest > lowest:  # all equal: the expanded order is the pairs' own
+        return [_expanded_at(pairs, k) for k in ranks]
+    scale, last = _bin_map(lowest, highest, len(pairs))
+    per_bin = [0] * (last + 1)
+    for v, c in pairs:
+        b = int((v - lowest) * scale)
+        per_bin[b if b < last else last] += c
+    where = _locate(per_bin, ranks)
+    kept: dict[int, list[tuple[float, int]]] = {b: [] for b, _ in where}
+    wanted = [False] * (last + 1)
+    for b, _ in where:
+        wanted[b] = True
+    for pair in pairs:
+        b = int((pair[0] - lowest) * scale)
+        if b > last:
+            b = last
+        if wanted[b]:
+            kept[b].append(pair)
+    out: list[float] = []
+    for b, k in where:
+        lst = kept[b]
+        if len(lst) > _SORT_UP_TO and len(lst) < len(pairs):
+            out.append(weighted_values_at_ranks(lst, [k])[0])
+            continue
+        lst.sort(key=_first)
+        out.append(_expanded_at(lst, k))
+    return out
+
+
+def _first(pair: tuple[float, int]) -> float:
+    return pair[0]
+
+
+def _expanded_at(pairs: list[tuple[float, int]], k: int) -> float:
+    """The value at position ``k`` of the pairs expanded in their order."""
+    seen = 0
+    for v, c in pairs:
+        seen += c
+        if seen > k:
+            return v
+    raise IndexError(k)
+
+
+def _locate(per_bin: list[int], ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """(bin, rank within the bin) of each rank, given the count per bin."""
+    order = sorted(range(len(ranks)), key=lambda i: ranks[i])
+    where: list[tuple[int, int]] = [(0, 0)] * len(ranks)
+    b, before = 0, 0
+    for i in order:
+        k = ranks[i]
+        while before + per_bin[b] <= k:
+            before += per_bin[b]
+            b += 1
+        where[i] = (b, k - before)
+    return where

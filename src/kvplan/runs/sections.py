@@ -20,11 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
-from ..quantiles import percentile
+from ..quantiles import COMPILED, percentile, percentiles, weighted_percentiles
 
 #: the percentiles every latency reports, and the tail one a simulated run adds
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 TAIL = ("p999", 99.9)
+#: from this many (value, count) pairs, select the percentiles' order statistics when compiled
+_SELECT_FROM = 20_000
 
 
 def _r(x: Optional[float], nd: int = 6) -> Optional[float]:
@@ -75,8 +77,21 @@ class LatencyStats(Section):
 
     @classmethod
     def of(cls, samples: Sequence[float], *, tail: bool = False) -> "LatencyStats":
-        """The statistics of plain samples."""
-        return cls.of_sorted(sorted(samples), tail=tail)
+        """The statistics of plain samples (in any order: a million need not be sorted)."""
+        samples = samples if isinstance(samples, list) else list(samples)
+        wanted = PERCENTILES + ((TAIL,) if tail else ())
+        return cls.of_percentiles(samples, percentiles(samples, [p for _, p in wanted]), tail=tail)
+
+    @classmethod
+    def of_percentiles(cls, samples: Sequence[float], raw: Sequence[Optional[float]], *,
+                       tail: bool = False) -> "LatencyStats":
+        """:meth:`of` given the samples' unrounded percentiles (``raw``: :data:`PERCENTILES`, then the
+        tail's when ``tail``), for a caller that needs them itself; the mean is an exact sum, the
+        same in any order."""
+        wanted = PERCENTILES + ((TAIL,) if tail else ())
+        pct = {k: _r(v) for (k, _), v in zip(wanted, raw)}
+        return cls(**pct, max=_r(max(reversed(samples))) if samples else None,  # (sorted's last of equals)
+                   mean=_r(math.fsum(samples) / len(samples)) if samples else None, count=len(samples), tail=tail)
 
     @classmethod
     def of_sorted(cls, s: Sequence[float], *, tail: bool = False) -> "LatencyStats":
@@ -93,10 +108,17 @@ class LatencyStats(Section):
         # by value only: the percentiles read values at cumulative counts, which do not depend on
         # the order of equal values, and the mean is an exact sum (sorting floats is faster than
         # comparing tuples: a step log has one pair per step)
+        value, count = operator.itemgetter(0), operator.itemgetter(1)
+        if COMPILED and len(pairs) >= _SELECT_FROM:
+            # the same order statistics selected, not sorted (kvplan.quantiles, compiled); the mean
+            # is an exact sum of the same products, the same in any order
+            wanted = PERCENTILES + (TAIL,)
+            n, points, highest, total = weighted_percentiles(list(pairs), [p for _, p in wanted])
+            pct = {key: _r(v) for (key, _), v in zip(wanted, points)}
+            return cls(**pct, max=_r(highest), mean=_r(total / n), count=n, tail=True)
         items = sorted(pairs, key=operator.itemgetter(0))  # counts are >= 1
         if not items:
             return cls(None, None, None, None, None, None, 0, None, tail=True)
-        value, count = operator.itemgetter(0), operator.itemgetter(1)
         # (maps, not generators: a step log has one pair per step)
         cum = list(itertools.accumulate(map(count, items)))  # cum[j] = index after the last copy of items[j]
         n = cum[-1]

@@ -40,9 +40,10 @@ from collections import deque
 from typing import NamedTuple, Optional, Sequence
 
 from ..errors import UsageError
+from .._native import mypyc_attr
 from ..limits import active as active_limits
 from .engine_clients import ClientSide
-from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, DecodeBookkeeping, Req
+from .engine_kv import DECODE, DONE, PREFILL, REJECTED, WAITING, Req
 from .kvmanager import make_kv_manager
 from .recorder import StepRecorder
 from .stepmodel import StepFeatures
@@ -65,7 +66,8 @@ class SchedulerOutput(NamedTuple):
     features: StepFeatures
 
 
-class Engine(DecodeBookkeeping, ClientSide):
+@mypyc_attr(allow_interpreted_subclasses=True)  # (tests subclass it to audit and to switch paths off)
+class Engine(ClientSide):
     """One simulation. ``run()`` fills the per-request fields and the step aggregates."""
 
     def __init__(self, *, requests: Sequence, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
@@ -244,7 +246,7 @@ class Engine(DecodeBookkeeping, ClientSide):
                 r = reqs[nxt]
                 nxt += 1
                 if gate_here:
-                    heapq.heappop(slots)
+                    heapq.heappop(slots)  # type: ignore[arg-type]
                     self._in_flight += 1
                     if self._in_flight > self.peak_in_flight:
                         self.peak_in_flight = self._in_flight
@@ -284,9 +286,8 @@ class Engine(DecodeBookkeeping, ClientSide):
                 if self._decode_stretch(min(self._next_arrival(nxt, limit, sends=False), horizon)):
                     continue  # time moved: take in the arrivals before the next scheduled step
             t_start = self.t
-            out = self._schedule(t_start)
-            features = out.features
-            tokens = out.total_num_scheduled_tokens
+            # (unpacked, here and below: a named tuple's fields read by name are attribute lookups)
+            tokens, num_scheduled_decodes, unscheduled_decodes, _, features = self._schedule(t_start)
             released = False
             if async_sched and self.pending:
                 running, kv_free = self.running, self.kv.free
@@ -321,7 +322,8 @@ class Engine(DecodeBookkeeping, ClientSide):
                     self._last_end = -1.0
                     continue
                 break  # pragma: no cover - a stuck state; the remaining requests stay unfinished
-            dt = prof_time(tokens, features.num_seqs, features.kv_read_tokens, features.attn_pairs, features)
+            _, num_seqs, kv_read_tokens, attn_pairs, _, _, _ = features
+            dt = prof_time(tokens, num_seqs, kv_read_tokens, attn_pairs, features)
             t_end = t_start + dt
             countdown = self._record_countdown - 1
             if countdown:
@@ -330,7 +332,7 @@ class Engine(DecodeBookkeeping, ClientSide):
                 self._record_countdown = self.recorder.add(dt, *features, 1)
             self.steps += 1
             self.busy_s += dt
-            self._finish_step(t_start, t_end, out.num_scheduled_decodes, out.unscheduled_decodes)
+            self._finish_step(t_start, t_end, num_scheduled_decodes, unscheduled_decodes)
             self._last_start, self._last_end = t_start, t_end
             self.t = t_end
             self.step_tokens_acc += tokens
@@ -544,7 +546,13 @@ class Engine(DecodeBookkeeping, ClientSide):
         irr = 0
         # the decoders that sample their last token now (the popped list is this step's alone: a
         # decoder added later with the same key gets a new one)
-        done: list[Req] = self.finish_at.pop(G, None) or []
+        done: list[Req] = self.finish_at.pop(G, [])
+        # the heap's keys up to this step are spent: drop them as _next_finish does (a saturated run
+        # never reaches it - no decode stretch - and its heap would grow with the trace: 87,000
+        # keys after 100,000 requests, each push and pop paying the log of that)
+        finish_heap, finish_at = self.finish_heap, self.finish_at
+        while finish_heap and finish_heap[0] <= G and not finish_at.get(finish_heap[0]):
+            finish_at.pop(heapq.heappop(finish_heap), None)
         self.G = G + 1
         # ITL: every decoder that decoded in the previous step too gets a gap of one step
         if self._irregular:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import heapq
 import math
 
-from .engine_kv import Req
+from .._native import mypyc_attr
+from .engine_kv import DecodeBookkeeping, Req
 
 _INF = math.inf
 
 
-class ClientSide:
+@mypyc_attr(allow_interpreted_subclasses=True)  # (Engine's bases: see Engine)
+class ClientSide(DecodeBookkeeping):
     def _next_arrival(self, nxt: int, limit: int, sends: bool = True) -> float:
         """The next time a request can reach the engine: the next one handed on by the front end,
         else (``sends``) the next client send, which first enters the front end's queue."""
@@ -32,8 +34,8 @@ class ClientSide:
         client sends when a slot is free: ``_gate``); each gets its hand-off time."""
         reqs, n, fe, slots = self.reqs, len(self.reqs), self.fe, self.slots
         c = self._committed
-        if c >= n or (slots is None and reqs[c].arrival > until):
-            return
+        if fe is None or c >= n or (slots is None and reqs[c].arrival > until):
+            return  # (called with a front end only)
         while c < n:
             if slots is not None:
                 self._gate(c)

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Optional
+from collections import deque
+from typing import TYPE_CHECKING, Any, Optional
 
-from .kvpool import Chain
+from .._native import mypyc_attr
+from .kvpool import BlockPool, Chain
+
+if TYPE_CHECKING:
+    from .frontend import FrontEnd
+    from .kvmanager import KVManager
+    from .recorder import StepRecorder
 
 _INF = math.inf
 
@@ -21,6 +28,40 @@ class Req:
                  "status", "num_computed_tokens", "off", "num_output_tokens", "num_scheduled_tokens",
                  "sh", "sh_h", "ext", "pv", "pv_base", "t_sched", "t_first", "t_last", "t_end",
                  "preempted", "irregular", "pending_free", "held", "hit_tokens", "handoff", "d_first", "d_end")
+
+    i: int
+    arrival: Any
+    handoff: Any
+    d_first: Any
+    d_end: Any
+    num_prompt_tokens: int
+    max_tokens: int
+    prefix_id: Any
+    prefix_tokens: int
+    status: int
+    num_computed_tokens: int
+    off: int
+    num_output_tokens: int
+    num_scheduled_tokens: int
+    sh: Optional[Chain]
+    sh_h: int
+    ext: Optional[Chain]
+    pv: Optional[Chain]
+    pv_base: int
+    t_sched: Any
+    t_first: Any
+    t_last: Any
+    t_end: Any
+    preempted: int
+    irregular: bool
+    pending_free: bool
+    held: int
+    hit_tokens: int
+    root_id: Any
+    root_blocks: int
+    root: Optional[Chain]
+    root_h: int
+    root_ext: bool
 
     def __init__(self, i: int, arrival: float, num_prompt_tokens: int, max_tokens: int, prefix_id,
                  prefix_tokens: int, root_id=None, root_blocks: int = 0):
@@ -58,7 +99,85 @@ class Req:
         self.hit_tokens = 0
 
 
-class DecodeBookkeeping:
+@mypyc_attr(allow_interpreted_subclasses=True)  # (Engine's bases: see Engine)
+class EngineState:
+    """The step loop's state, declared once for the classes that share it."""
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    profile: Any
+    long_prefill_token_threshold: int
+    reserve_full_prompt: bool
+    async_sched: bool
+    interval: float
+    max_samples: int
+    max_steps: Optional[int]
+    kv: KVManager
+    counted: bool
+    caching: bool
+    watermark_blocks: int
+    pool: BlockPool
+    reqs: list[Req]
+    running: list[Req]
+    waiting: deque
+    G: int
+    buckets: list[set[Req]]
+    finish_at: dict[int, list[Req]]
+    finish_heap: list[int]
+    n_dec: int
+    sum_off: int
+    pre: list[Req]
+    pending: list[Req]
+    _last_sample_t: float
+    _irregular: set[Req]
+    t: float
+    steps: int
+    busy_s: float
+    preemptions: int
+    rejected: int
+    prompt_computed: int
+    recomputed: int
+    cached_tokens: int
+    itl_w: list
+    itl_x: list
+    first_order: list[int]
+    timeline: list[dict]
+    step_tokens_acc: int
+    step_prompt_acc: int
+    kv_peak: float
+    max_waiting: int
+    kv_waits: int
+    slots: Optional[list[float]]
+    _due: Any
+    _ovh: float
+    peak_in_flight: int
+    _in_flight: int
+    _nxt: int
+    _last_start: float
+    _last_end: float
+    next_sample: float
+    rejected_reasons: dict[str, int]
+    completed: int
+    last_step_end: float
+    last_step_completed: int
+    recorder: StepRecorder
+    _record_countdown: int
+    fe: Optional[FrontEnd]
+    _committed: int
+    _handoff_seen: bool
+    _fe_synced_at: Any
+    _needs: tuple
+
+    def _sample(self, t: float) -> None:
+        raise NotImplementedError
+
+    def _commit_sends(self, until: float) -> None:
+        raise NotImplementedError
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # (Engine's bases: see Engine)
+class DecodeBookkeeping(EngineState):
     """Mixed into :class:`kvplan.sim.engine.Engine` (which owns ``kv``, ``G``, ``buckets``,
     ``finish_at``, ``pre``, ``running``, ``waiting``): the lazy state of decoding requests (computed
     tokens = ``G + off``), preemption, and skipped steps."""

@@ -17,7 +17,7 @@ and every operation costs O(runs touched), not O(blocks).
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 
 class Chain:
@@ -32,8 +32,8 @@ class Chain:
         self.holders: dict[int, int] = {}
         self.held_max = 0  # blocks [0, held_max) are held by some non-extender holder
         self.runs: list[list] = []  # this chain's free runs, oldest (highest range) first
-        self.extender = None
-        self.last_extender = None
+        self.extender: Any = None
+        self.last_extender: Any = None
 
 
 class BlockPool:

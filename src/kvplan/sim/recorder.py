@@ -10,7 +10,7 @@ second one is dropped, the kept ones' weights double, and the stride doubles: th
 the same run, and a weighted median that is the run's median within the sampling's resolution."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 #: (duration, tokens, seqs, kv read, pairs, prefill tokens, prefill seqs, max context, weight)
 WEIGHT = 8
@@ -25,10 +25,11 @@ class StepRecorder:
         self.samples: dict[str, list] = {"prefill": [], "decode": []}
         self.steps = {"prefill": 0, "decode": 0}
 
-    def add(self, duration: float, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float,
+    def add(self, duration: float, tokens: int, num_seqs: int, kv_read_tokens: Any, attn_pairs: Any,
             prefill_tokens: int, prefill_seqs: int, max_context: int, steps: int) -> int:
         """Record a sampled step (or the first of a decode stretch of ``steps`` steps); returns how
-        many steps to let pass before the next sample."""
+        many steps to let pass before the next sample. (The KV read and pairs are kept as given, an
+        int or a float: a compiled float parameter would turn an int into a float.)"""
         phase = "prefill" if prefill_tokens else "decode"
         weight = steps * self.stride
         self.steps[phase] += weight

@@ -26,7 +26,9 @@ ceiling alone: saturated above it, bounded at half of it or less, else not judge
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
+
+from ..quantiles import order_statistic
 
 #: the rate above the ceiling that counts as over it (the ceiling's own spread between bursts)
 CEILING_TOLERANCE = 0.02
@@ -99,26 +101,26 @@ def verdict(reqs: Sequence, timeline: Sequence[dict], interval: float, max_waiti
     arrivals; ``timeline``: its samples). ``ceiling_rps``: the completion ceiling of the whole
     run's engines (replicas × one replica's), when known. ``saturated`` is True, False or None
     (not judged), with the reason, the signals and ``needs_ceiling`` (the verdict waits on it)."""
-    from .engine_kv import DONE
+    from .engine_kv import DONE, Req
 
-    base = {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
+    requests: list[Req] = list(reqs)  # (typed: the native build reads their fields directly)
+    base: dict[str, Any] = {"saturated": None, "offered_rate": None, "completion_rate": None, "queue_slope_per_s": None,
             "in_system_slope_per_s": None, "max_waiting": max_waiting, "max_sustainable_rate_estimate": None,
             "window": None, "drain_s": None, "ceiling_rps": _r(ceiling_rps), "needs_ceiling": False}
     isfinite = math.isfinite
-    arrivals = sorted([r.arrival for r in reqs if isfinite(r.arrival)])
+    arrivals = sorted([r.arrival for r in requests if isfinite(r.arrival)])
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
         return dict(base, reason="too few arrivals to judge")
-    done = [r for r in reqs if r.status == DONE]
+    done = [r for r in requests if r.status == DONE]
     done_ends = sorted([r.t_end for r in done])
     if not done_ends:
         return dict(base, reason="no request completed (every one was rejected): nothing to judge")
     a0, a1 = arrivals[0], arrivals[-1]
     offered = (len(arrivals) - 1) / (a1 - a0)
     e2e_by_request = [r.t_end - r.arrival for r in done]
-    e2e = sorted(e2e_by_request)
     # the engine has filled once the slow requests of the first wave are done: with a long tail of
-    # output lengths that is nearer the E2E's P90 than its median
-    filling = e2e[min(len(e2e) - 1, (9 * len(e2e)) // 10)]
+    # output lengths that is nearer the E2E's P90 than its median (that order statistic)
+    filling = order_statistic(e2e_by_request, min(len(e2e_by_request) - 1, (9 * len(e2e_by_request)) // 10))
     mid = a0 + (a1 - a0) / 2
     early = [x for r, x in zip(done, e2e_by_request) if r.arrival < mid]
     stable_drain = max(early) if early else filling

@@ -59,6 +59,28 @@ def front_end_for(prof, engine_cfg, trace):
     return FrontEnd(count=engine_cfg.api_server_count, request_s=request_s, prompt_token_s=token_s, chunk_s=chunk_s)
 
 
+def _without_cyclic_gc(fn):
+    """``fn`` with Python's cyclic garbage collector paused: a simulation allocates no reference
+    cycles, and with a million live requests the collector would re-scan every one of them again
+    and again while the engine is built and its result summarised (a second of a million-request
+    run; the step loop pauses it too, Engine.advance)."""
+    import functools
+
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        import gc
+
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
+    return paused
+
+
+@_without_cyclic_gc
 def simulate(request: "PlanRequest", trace: Trace, *, profile: Optional[StepTimeProfile] = None,
              plan_result: "EngineSpec | PlanResult | None" = None, timeline_interval_s: float = 1.0,
              enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: Optional[int] = None,
@@ -258,7 +280,7 @@ def _trace_seed(trace) -> int:
 
 def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTimeProfile, slo: Sequence = (),
                  per_request: bool = False, notes: tuple = (), vllm_semantics: str = "") -> SimResult:
-    from .bench_summary import ClientLatencies, bench_summary
+    from .bench_summary import ClientLatencies, bench_summary, request_totals
 
     reqs = engine.reqs
     # The API server's own latency per request (HTTP, tokenization, detokenization; fitted by
@@ -269,15 +291,10 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
     done, ttft, e2e, tpot = client.done, client.ttft, client.e2e, client.tpot
     total = len(reqs)
     unfinished = total - len(done) - engine.rejected
-    queue = [r.t_sched - r.arrival for r in done if r.t_sched is not None]
-    stats = LatencyStats.of_sorted
-    latency = {"ttft": stats(client.ttft_sorted, tail=True), "tpot": stats(client.tpot_sorted, tail=True),
-               "itl": client.itl, "e2e": stats(client.e2e_sorted, tail=True),
+    totals = request_totals(reqs, done)
+    queue, in_tok, out_tok, first, end = totals.queue, totals.prompt_tokens, totals.output_tokens, totals.first, totals.end
+    latency = {"ttft": client.stats("ttft"), "tpot": client.stats("tpot"), "itl": client.itl, "e2e": client.stats("e2e"),
                "queue": LatencyStats.of(queue, tail=True)}
-    in_tok = sum(r.num_prompt_tokens for r in done)
-    out_tok = sum(r.num_output_tokens for r in done)
-    first = min((r.arrival for r in reqs), default=0.0)
-    end = max((r.t_end for r in done), default=None)
     window = (end - first) if end is not None and end > first else None
     failed = total - len(done)
     limits = goodput_limits(slo)
@@ -286,7 +303,7 @@ def build_result(engine: Engine, trace: Trace, *, config: dict, profile: StepTim
                                 r.t_end - r.arrival + ovh) for r in done)) if limits else None
     requests = SimRequests(total=total, ok=len(done), completed=len(done), failed=failed, rejected=engine.rejected,
                            unfinished=unfinished, error_rate=round(failed / total, 6) if total else None,
-                           preempted_requests=sum(1 for r in reqs if r.preempted), goodput=good,
+                           preempted_requests=totals.preempted, goodput=good,
                            goodput_ratio=round(good / total, 6) if good is not None and total else None)
     tokens = SimTokens(input_total=in_tok, output_total=out_tok, prompt=in_tok, output=out_tok,
                        prompt_computed=engine.prompt_computed, prefix_cache_hit_tokens=engine.cached_tokens,

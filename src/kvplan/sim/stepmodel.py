@@ -211,56 +211,25 @@ class StepModel:
 
     def time(self, tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float,
              features: Optional[StepFeatures] = None) -> float:
-        """Seconds for one step (the hot path: a closure over the compiled parts, set per instance
-        by ``_compile_time``; this method is only its signature)."""
+        """Seconds for one step (the hot path: :class:`kvplan.sim.clock_core.StepClock` over the
+        compiled parts, set per instance by ``_compile_time``; this method is only its signature)."""
         raise AssertionError("replaced per instance")  # pragma: no cover
 
     def _compile_time(self):
-        """The hot path as a closure over local values (two dict lookups and a few multiplications
-        per step): memoised token and sequence parts, then the linear ones."""
+        """The hot path (two dict lookups and a few multiplications per step: memoised token and
+        sequence parts, then the linear ones) as a :class:`~kvplan.sim.clock_core.StepClock`, a
+        class the native build compiles; and ``decode_parts`` for the decode stretches."""
+        from .clock_core import StepClock
+
         c = self._compiled
         tok, seq, cpu_seq = c["tok"], c["seq"], c["cpu_seq"]
         tokens_part, seqs_part = self._tokens, self._seqs
         fixed, kv, window, window_kv = c["fixed"], c["kv"], c["window"], c["window_kv"]
-        prefill_fixed, pair = c["prefill_fixed"], c["pair"]
-        window_pair, pair_window = c["window_pair"], c["pair_window"]
         cpu_fixed, cpu_seq_s, cpu_per_seq = c["cpu_fixed"], c["cpu_seq_s"], tuple(c["cpu_per_seq"])
         general, cpu_general = tuple(c["general"]), tuple(c["cpu_general"])
         overlap = self.async_overlap
-
-        def time(tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float,
-                 features: Optional[StepFeatures] = None) -> float:
-            a = tok.get(tokens)
-            if a is None:
-                a = tok[tokens] = tokens_part(tokens)
-            b = seq.get(num_seqs)
-            if b is None:
-                b = seq[num_seqs] = seqs_part(num_seqs)
-            gpu = a + b + fixed + kv * kv_read_tokens
-            if window:
-                cap = num_seqs * window
-                gpu += window_kv * (kv_read_tokens if kv_read_tokens < cap else cap)
-            if attn_pairs:
-                gpu += prefill_fixed + pair * attn_pairs
-                if window_pair:
-                    cap = pair_window * (features.prefill_tokens if features is not None and features.prefill_tokens
-                                         else tokens)
-                    gpu += window_pair * (attn_pairs if attn_pairs < cap else cap)
-            cpu = cpu_fixed + cpu_seq_s * num_seqs
-            if cpu_per_seq:
-                v = cpu_seq.get(num_seqs)
-                if v is None:
-                    v = cpu_seq[num_seqs] = _sum(fn(num_seqs) for fn in cpu_per_seq)
-                cpu += v
-            if general or cpu_general:
-                f = features if features is not None else StepFeatures(tokens, num_seqs, kv_read_tokens, attn_pairs)
-                for fn in general:
-                    gpu += fn(f)
-                for fn in cpu_general:
-                    cpu += fn(f)
-            if overlap:
-                return gpu if gpu > cpu else cpu
-            return gpu + cpu
+        time = StepClock(c, tokens_part, seqs_part, lambda s: _sum(fn(s) for fn in cpu_per_seq), overlap,
+                         StepFeatures).time
 
         def decode_parts(num_seqs: int):
             """``time(n, n, kv_read_tokens, 0.0)`` of a decode-only step of ``n`` sequences, split into
