@@ -6,7 +6,7 @@ ones with the same rule, so the two compare number for number (``kvplan.bench.st
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Final, Optional, Sequence
 
 
 def percentile(sorted_xs: Sequence[float], p: float) -> Optional[float]:
@@ -24,7 +24,7 @@ def percentile(sorted_xs: Sequence[float], p: float) -> Optional[float]:
 
 
 #: Below this many values sorting them is as quick as selecting (and interpreted, always quicker).
-_SELECT_FROM = 20_000
+_SELECT_FROM: Final = 20_000
 #: Whether this module runs compiled (``scripts/build_native.py``): selection pays only then.
 COMPILED = not __file__.endswith(".py")
 
@@ -98,7 +98,7 @@ def _bin_map(lowest: float, highest: float, items: int) -> tuple[float, int]:
 
 #: a bin holding more values than this is split again (a concentrated sample puts most of its
 #: values in a few bins of the range)
-_SORT_UP_TO = 4096
+_SORT_UP_TO: Final = 4096
 
 
 def values_at_ranks(values: list[float], ranks: Sequence[int]) -> list[float]:

@@ -35,9 +35,9 @@ order (that is when preemptions happen).
 from __future__ import annotations
 
 import math
-import heapq
+from heapq import heappop, heappush  # (names, not the module's attributes: one lookup fewer)
 from collections import deque
-from typing import NamedTuple, Optional, Sequence
+from typing import Final, NamedTuple, Optional, Sequence
 
 from ..errors import UsageError
 from .._native import mypyc_attr
@@ -48,8 +48,8 @@ from .kvmanager import make_kv_manager
 from .recorder import StepRecorder
 from .stepmodel import StepFeatures
 
-_INF = math.inf
-_new = tuple.__new__
+_INF: Final = math.inf
+_new: Final = tuple.__new__
 
 
 class SchedulerOutput(NamedTuple):
@@ -246,7 +246,7 @@ class Engine(ClientSide):
                 r = reqs[nxt]
                 nxt += 1
                 if gate_here:
-                    heapq.heappop(slots)  # type: ignore[arg-type]
+                    heappop(slots)  # type: ignore[arg-type]
                     self._in_flight += 1
                     if self._in_flight > self.peak_in_flight:
                         self.peak_in_flight = self._in_flight
@@ -552,7 +552,7 @@ class Engine(ClientSide):
         # keys after 100,000 requests, each push and pop paying the log of that)
         finish_heap, finish_at = self.finish_heap, self.finish_at
         while finish_heap and finish_heap[0] <= G and not finish_at.get(finish_heap[0]):
-            finish_at.pop(heapq.heappop(finish_heap), None)
+            finish_at.pop(heappop(finish_heap), None)
         self.G = G + 1
         # ITL: every decoder that decoded in the previous step too gets a gap of one step
         if self._irregular:
@@ -639,7 +639,7 @@ class Engine(ClientSide):
                 r.status = DONE
             r.t_end = t_end
             if slots is not None and fe is None:
-                heapq.heappush(slots, t_end + self._ovh)
+                heappush(slots, t_end + self._ovh)
                 self._in_flight -= 1
             if async_sched:
                 r.pending_free = True

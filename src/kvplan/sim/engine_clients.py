@@ -5,13 +5,14 @@ reach the client. Mixed into :class:`kvplan.sim.engine.Engine`, which owns ``req
 ``fe`` and the loop's clock."""
 from __future__ import annotations
 
-import heapq
 import math
+from heapq import heappop, heappush  # (names, not the module's attributes: one lookup fewer)
+from typing import Final
 
 from .._native import mypyc_attr
 from .engine_kv import DecodeBookkeeping, Req
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (Engine's bases: see Engine)
@@ -43,7 +44,7 @@ class ClientSide(DecodeBookkeeping):
             if r.arrival > until:
                 break
             if slots is not None:
-                heapq.heappop(slots)
+                heappop(slots)
                 self._in_flight += 1
                 if self._in_flight > self.peak_in_flight:
                     self.peak_in_flight = self._in_flight
@@ -63,7 +64,7 @@ class ClientSide(DecodeBookkeeping):
     def _on_last_delivered(self, r: Req, t: float) -> None:
         r.d_end = t
         if self.slots is not None:  # the client has the whole response: its slot is free
-            heapq.heappush(self.slots, t + self._ovh)
+            heappush(self.slots, t + self._ovh)
             self._in_flight -= 1
 
     # -- the closed loop ----------------------------------------------------------------------
@@ -83,6 +84,6 @@ class ClientSide(DecodeBookkeeping):
 
     def _client_done(self, t: float) -> None:
         if self.slots is not None:
-            heapq.heappush(self.slots, t)
+            heappush(self.slots, t)
             self._in_flight -= 1
 

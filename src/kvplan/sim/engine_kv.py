@@ -4,10 +4,10 @@
 blocks are the KV manager's (:mod:`kvplan.sim.kvmanager`)."""
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush  # (names, not the module's attributes: one lookup fewer)
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Final, Optional, TYPE_CHECKING
 
 from .._native import mypyc_attr
 from .kvpool import BlockPool, Chain
@@ -17,9 +17,14 @@ if TYPE_CHECKING:
     from .kvmanager import KVManager
     from .recorder import StepRecorder
 
-_INF = math.inf
+_INF: Final = math.inf
 
-WAITING, PREFILL, DECODE, DONE, REJECTED = 0, 1, 2, 3, 4
+# (Final: the native build inlines them; a module global is a dict lookup per use)
+WAITING: Final = 0
+PREFILL: Final = 1
+DECODE: Final = 2
+DONE: Final = 3
+REJECTED: Final = 4
 
 
 class Req:
@@ -243,7 +248,7 @@ class DecodeBookkeeping(EngineState):
         lst = self.finish_at.get(key)
         if lst is None:
             self.finish_at[key] = [r]
-            heapq.heappush(self.finish_heap, key)
+            heappush(self.finish_heap, key)
         else:
             lst.append(r)
 
@@ -262,7 +267,7 @@ class DecodeBookkeeping(EngineState):
     def _next_finish(self) -> float:
         fh, fa = self.finish_heap, self.finish_at
         while fh and not fa.get(fh[0]):
-            k = heapq.heappop(fh)
+            k = heappop(fh)
             fa.pop(k, None)
         return fh[0] if fh else _INF
 

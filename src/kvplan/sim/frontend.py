@@ -21,12 +21,14 @@ together. Request ``i`` is served by API server ``i mod count`` (connections spr
 processes); each process has its own loop and tokenizer thread."""
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush  # (names, not the module's attributes: one lookup fewer)
 import math
-from typing import Callable, Optional
+from typing import Callable, Final, Optional
 
-_INF = math.inf
-_RENDER, _HANDOFF, _OUTPUT = 0, 1, 2
+_INF: Final = math.inf
+_RENDER: Final = 0
+_HANDOFF: Final = 1
+_OUTPUT: Final = 2
 
 
 class _Server:
@@ -66,7 +68,7 @@ class FrontEnd:
     def _push(self, s: _Server, ready: float, kind: int, cost: float, payload) -> list:
         item = [ready, s.seq, kind, cost, payload]
         s.seq += 1
-        heapq.heappush(s.queue, item)
+        heappush(s.queue, item)
         self.waiting += 1
         return item
 
@@ -146,7 +148,7 @@ class FrontEnd:
                 start = item[0] if item[0] > s.busy else s.busy
                 if start > t:
                     break
-                heapq.heappop(queue)
+                heappop(queue)
                 self.waiting -= 1
                 end = s.busy = start + item[3]
                 kind = item[2]

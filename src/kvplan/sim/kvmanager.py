@@ -16,14 +16,14 @@ tokens need, whether a waiting request's prompt fits, what the prefix cache hits
 manager what was allocated and freed."""
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Final, Optional, Sequence
 
 from ..memory.kv_specs import FullAttentionSpec, SizingContext
 from .kvpool import BlockPool, Chain
 
 
 #: a lookup that hits nothing: (root, shared, private, evictable) blocks
-_NO_HITS = (0, 0, 0, 0)
+_NO_HITS: Final = (0, 0, 0, 0)
 
 
 class KVManager:

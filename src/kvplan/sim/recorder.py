@@ -10,10 +10,10 @@ second one is dropped, the kept ones' weights double, and the stride doubles: th
 the same run, and a weighted median that is the run's median within the sampling's resolution."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 #: (duration, tokens, seqs, kv read, pairs, prefill tokens, prefill seqs, max context, weight)
-WEIGHT = 8
+WEIGHT: Final = 8
 
 
 class StepRecorder:
