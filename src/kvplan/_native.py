@@ -12,10 +12,8 @@ byte for byte (tests/test_native.py); the compiled one is about twice as fast
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -56,6 +54,9 @@ def decide(stamp: Path, src: Path, env: Mapping[str, str]) -> tuple[str, dict]:
     for the build described by ``stamp`` under the source root ``src``."""
     if not stamp.exists():
         return NOT_BUILT, {}
+    import hashlib  # (here: an interpreted install never pays for them at start-up)
+    import json
+
     sources = {name: src / (name.replace(".", "/") + ".py") for name in MODULES}
     if env.get("KVPLAN_NATIVE", "1") == "0":
         return "interpreted (KVPLAN_NATIVE=0)", sources

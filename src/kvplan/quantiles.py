@@ -84,16 +84,31 @@ def order_statistic(values: Sequence[float], rank: int) -> float:
     return values_at_ranks(list(values), [rank])[0]
 
 
-def _bin_map(lowest: float, highest: float, items: int) -> tuple[float, int]:
-    """(scale, last bin): value v goes to bin min(int((v - lowest) * scale), last). Subtraction,
-    multiplication by a positive number and truncation never reverse an order, so every value in
-    a bin is at most every value in a later one."""
-    bins = max(1, min(1 << 16, items // 8))
-    span = highest - lowest
-    scale = bins / span if span > 0 and math.isfinite(span) else 0.0
-    if not math.isfinite(scale):  # a subnormal span: one bin (then sorted)
-        scale = 0.0
-    return scale, bins - 1
+class _Bins:
+    """Bins of magnitude over [lowest, highest]: value v goes to bin min(int((v - lowest) * scale),
+    last). Subtraction, multiplication by a positive number and truncation never reverse an order,
+    so every value in a bin is at most every value in a later one."""
+
+    def __init__(self, lowest: float, highest: float, items: int) -> None:
+        bins = max(1, min(1 << 16, items // 8))
+        span = highest - lowest
+        scale = bins / span if span > 0 and math.isfinite(span) else 0.0
+        if not math.isfinite(scale):  # a subnormal span: one bin (then sorted)
+            scale = 0.0
+        self.lowest = lowest
+        self.scale = scale
+        self.last = bins - 1
+
+    def of(self, v: float) -> int:
+        b = int((v - self.lowest) * self.scale)
+        return b if b < self.last else self.last
+
+    def wanted(self, where: list[tuple[int, int]]) -> list[bool]:
+        """Which bins hold a wanted rank (``where``: :func:`_locate`'s)."""
+        flags = [False] * (self.last + 1)
+        for b, _ in where:
+            flags[b] = True
+        return flags
 
 
 #: a bin holding more values than this is split again (a concentrated sample puts most of its
@@ -113,20 +128,15 @@ def values_at_ranks(values: list[float], ranks: Sequence[int]) -> list[float]:
             highest = v
     if not highest > lowest:  # all equal: sorting keeps them in place (0.0 and -0.0 included)
         return [values[k] for k in ranks]
-    scale, last = _bin_map(lowest, highest, len(values))
-    per_bin = [0] * (last + 1)
+    bins = _Bins(lowest, highest, len(values))
+    per_bin = [0] * (bins.last + 1)
     for v in values:
-        b = int((v - lowest) * scale)
-        per_bin[b if b < last else last] += 1
+        per_bin[bins.of(v)] += 1
     where = _locate(per_bin, ranks)
+    wanted = bins.wanted(where)
     kept: dict[int, list[float]] = {b: [] for b, _ in where}
-    wanted = [False] * (last + 1)
-    for b, _ in where:
-        wanted[b] = True
     for v in values:
-        b = int((v - lowest) * scale)
-        if b > last:
-            b = last
+        b = bins.of(v)
         if wanted[b]:
             kept[b].append(v)
     out: list[float] = []
@@ -150,20 +160,15 @@ def weighted_values_at_ranks(pairs: list[tuple[float, int]], ranks: Sequence[int
             highest = v
     if not highest > lowest:  # all equal: the expanded order is the pairs' own
         return [_expanded_at(pairs, k) for k in ranks]
-    scale, last = _bin_map(lowest, highest, len(pairs))
-    per_bin = [0] * (last + 1)
+    bins = _Bins(lowest, highest, len(pairs))
+    per_bin = [0] * (bins.last + 1)
     for v, c in pairs:
-        b = int((v - lowest) * scale)
-        per_bin[b if b < last else last] += c
+        per_bin[bins.of(v)] += c
     where = _locate(per_bin, ranks)
+    wanted = bins.wanted(where)
     kept: dict[int, list[tuple[float, int]]] = {b: [] for b, _ in where}
-    wanted = [False] * (last + 1)
-    for b, _ in where:
-        wanted[b] = True
     for pair in pairs:
-        b = int((pair[0] - lowest) * scale)
-        if b > last:
-            b = last
+        b = bins.of(pair[0])
         if wanted[b]:
             kept[b].append(pair)
     out: list[float] = []
