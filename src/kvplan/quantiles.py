@@ -120,12 +120,7 @@ def values_at_ranks(values: list[float], ranks: Sequence[int]) -> list[float]:
     """``sorted(values)[k]`` for each rank ``k`` (0-based), in linear time: one pass counts the
     values per bin of magnitude, a second keeps the values of the bins holding a wanted rank, and
     only those are sorted (or, when many, selected from the same way)."""
-    lowest = highest = values[0]
-    for v in values:
-        if v < lowest:
-            lowest = v
-        elif v > highest:
-            highest = v
+    lowest, highest = _extremes(values)
     if not highest > lowest:  # all equal: sorting keeps them in place (0.0 and -0.0 included)
         return [values[k] for k in ranks]
     bins = _Bins(lowest, highest, len(values))
@@ -152,12 +147,7 @@ def values_at_ranks(values: list[float], ranks: Sequence[int]) -> list[float]:
 
 def weighted_values_at_ranks(pairs: list[tuple[float, int]], ranks: Sequence[int]) -> list[float]:
     """:func:`values_at_ranks` of (value, count) pairs, each value repeated ``count`` (>= 1) times."""
-    lowest = highest = pairs[0][0]
-    for v, _ in pairs:
-        if v < lowest:
-            lowest = v
-        elif v > highest:
-            highest = v
+    lowest, highest = _extremes([v for v, _ in pairs])
     if not highest > lowest:  # all equal: the expanded order is the pairs' own
         return [_expanded_at(pairs, k) for k in ranks]
     bins = _Bins(lowest, highest, len(pairs))
@@ -180,6 +170,17 @@ def weighted_values_at_ranks(pairs: list[tuple[float, int]], ranks: Sequence[int
         lst.sort(key=_first)
         out.append(_expanded_at(lst, k))
     return out
+
+
+def _extremes(values: list[float]) -> tuple[float, float]:
+    """(smallest, largest) in one pass."""
+    lowest = highest = values[0]
+    for v in values:
+        if v < lowest:
+            lowest = v
+        elif v > highest:
+            highest = v
+    return lowest, highest
 
 
 def _first(pair: tuple[float, int]) -> float:

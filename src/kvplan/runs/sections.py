@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
-from ..quantiles import COMPILED, percentile, percentiles, weighted_percentiles
+from ..quantiles import COMPILED, percentiles, weighted_percentiles
 
 #: the percentiles every latency reports, and the tail one a simulated run adds
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
@@ -92,14 +92,6 @@ class LatencyStats(Section):
         pct = {k: _r(v) for (k, _), v in zip(wanted, raw)}
         return cls(**pct, max=_r(max(reversed(samples))) if samples else None,  # (sorted's last of equals)
                    mean=_r(math.fsum(samples) / len(samples)) if samples else None, count=len(samples), tail=tail)
-
-    @classmethod
-    def of_sorted(cls, s: Sequence[float], *, tail: bool = False) -> "LatencyStats":
-        """:meth:`of` of samples already in ascending order (a caller that needs them sorted
-        anyway sorts a million samples once)."""
-        pct = {k: _r(percentile(s, p)) for k, p in PERCENTILES + ((TAIL,) if tail else ())}
-        return cls(**pct, max=_r(s[-1]) if s else None, mean=_r(math.fsum(s) / len(s)) if s else None,
-                   count=len(s), tail=tail)
 
     @classmethod
     def of_weighted(cls, pairs: Sequence[tuple[float, int]]) -> "LatencyStats":
