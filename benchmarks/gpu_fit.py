@@ -7,7 +7,7 @@ included), so that a constant measures vLLM, not a source's setup. gpu_fidelity.
 :func:`fit` once per left-out source group (leave-one-source-out); run alone, this fits every
 development case and prints the constants to paste into opmodel.Overheads.
 
-    flock /work/wt/heavy.lock python benchmarks/gpu_fit.py [--rounds 2] [--step 1.3]
+    python benchmarks/gpu_fit.py [--rounds 2] [--step 1.3] [--start shipped]
 """
 from __future__ import annotations
 
@@ -105,10 +105,16 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--params", default=",".join(PARAMS))
     ap.add_argument("--step", type=float, default=1.5, help="first round's multiplicative step")
+    ap.add_argument("--start", choices=("priors", "shipped"), default="priors",
+                    help="where the search starts: the priors (PRIORS, as every leave-one-source-out fold "
+                         "does) or the shipped constants (opmodel.DEFAULT_OVERHEADS: a refit)")
     args = ap.parse_args(argv)
     prepared, _ = gf.prepare(json.loads(gf.DEV_CASES.read_text()))
     print(f"{len(prepared)} development cases")
-    ov, info = fit(prepared, params=tuple(args.params.split(",")), rounds=args.rounds, step=args.step,
+    from kvplan.sim.opmodel import DEFAULT_OVERHEADS
+
+    start = DEFAULT_OVERHEADS if args.start == "shipped" else None
+    ov, info = fit(prepared, start=start, params=tuple(args.params.split(",")), rounds=args.rounds, step=args.step,
                    log=lambda s: print(" ", s, flush=True))
     print("fitted:", json.dumps(ov.to_dict()))
     print(f"medians: {info['medians']}")

@@ -76,3 +76,19 @@ def test_the_benchmark_writes_a_file_the_simulator_quotes(tmp_path, monkeypatch)
         assert opmodel.regime_validation(BurstTrace())["burst"]["tpot"] == 0.04
     finally:
         validation._load.cache_clear()
+
+
+def test_the_benchmark_sets_apart_cases_whose_user_view_omits_a_documented_setup():
+    """gpu_fidelity's USER VIEW COMPLETENESS table: a case whose scenario view adds the source's pod
+    layout or warm cache (or the curator's hardware flag) is grouped by what it adds, so the user
+    view's error on the complete cases measures the clock alone."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_fidelity
+
+    pods = {"notes": ["one GPU per pod: TP over the network (--gpus-per-node 1)", "KV memory as the start-up log printed it",
+                      "documented warm prefix cache: the server served x just before (200 prompts of 1024 tokens, same seed)"]}
+    flagged = {"notes": ["data_warning: the hardware behaves like H100-PCIE-80GB"]}
+    plain = {"notes": ["KV memory as the start-up log printed it"]}
+    assert gpu_fidelity.completeness(pods) == ["setup: one GPU per pod", "setup: warm prefix cache"]
+    assert gpu_fidelity.completeness(flagged) == ["curator: hardware flag"]
+    assert gpu_fidelity.completeness(plain) == [gpu_fidelity.USER_VIEW_COMPLETE]
