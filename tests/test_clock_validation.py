@@ -52,7 +52,8 @@ def test_the_benchmark_writes_a_file_the_simulator_quotes(tmp_path, monkeypatch)
     err = {"output_throughput": 0.05, "ttft": 0.2, "tpot": 0.04}
     fit = {"output_throughput": 0.03, "ttft": 0.1, "tpot": 0.02}
     entry = {"cases": 4, "loso_err": err, "user_err": fit}
-    result = {"gpu": {"all": entry, "H100-SXM5-80GB": entry}, "regime": {"burst": entry}, "source": {"s1": entry}}
+    result = {"gpu": {"all": entry, "H100-SXM5-80GB": entry}, "regime": {"burst": entry}, "source": {"s1": entry},
+              "complete": {"gpu": {"H100-SXM5-80GB": {"cases": 3, "loso_err": {**err, "ttft": 0.12}}}}}
     cases = tmp_path / "dev_cases.json"
     cases.write_text("[]", encoding="utf-8")
     written = gpu_fidelity.write_validation(result, cases, rounds=2, path=tmp_path / "validation.json")
@@ -66,6 +67,14 @@ def test_the_benchmark_writes_a_file_the_simulator_quotes(tmp_path, monkeypatch)
         assert set(validation.by_gpu()) == {"H100-SXM5-80GB"}  # "all" is not a GPU
         quoted = opmodel.validation_error("H100-SXM5-80GB")
         assert quoted["measured"] and quoted["ttft"] == 0.2 and quoted["fit"]["ttft"] == 0.1
+        assert quoted["complete"] == {"cases": 3, "output_throughput": 0.05, "ttft": 0.12, "tpot": 0.04}
+        assert "complete" not in validation.by_regime()["burst"]  # no complete cases given for the regime
+        from kvplan.report.sim_common import clock_line
+
+        line = clock_line({"clock": {"kernel_tables": "H100-SXM5-80GB", "kernels_vllm_version": "0.19.0",
+                                     "validation": quoted}})
+        assert "median |error| on 4 published runs of this GPU: output throughput 5%, ttft 20%, tpot 4%" in line
+        assert "(3 of them state their whole setup: output throughput 5%, ttft 12%, tpot 4%)" in line
         assert opmodel.validation_error("L4")["measured"] is False
 
         class BurstTrace:

@@ -101,6 +101,11 @@ def headline(d: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _errors(row: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {row[k] * 100:.0f}%" for k in ("output_throughput", "ttft", "tpot")
+                     if row.get(k) is not None)
+
+
 def clock_line(profile: dict) -> str:
     """How far to trust the step times: the model, its kernel data and its measured error."""
     clock = profile.get("clock")
@@ -112,9 +117,12 @@ def clock_line(profile: dict) -> str:
     tables = (f"{clock.get('kernel_tables')} kernel tables (vLLM {clock.get('kernels_vllm_version')})"
               + ("" if clock.get("kernel_tables_exact", True) else " transferred to this GPU"))
     if v.get("measured"):
-        err = ", ".join(f"{k.replace('_', ' ')} {v[k] * 100:.0f}%" for k in ("output_throughput", "ttft", "tpot")
-                        if v.get(k) is not None)
-        trust = f"median |error| on {v.get('cases', '?')} published runs of this GPU: {err}"
+        trust = f"median |error| on {v.get('cases', '?')} published runs of this GPU: {_errors(v)}"
+        whole = v.get("complete") or {}
+        if whole.get("cases") and whole["cases"] < (v.get("cases") or 0):
+            # the runs whose user view is the whole setup: the clock alone, without a pod layout or a
+            # warm cache the command line does not say (benchmarks/gpu_fidelity.py, USER VIEW COMPLETENESS)
+            trust += f" ({whole['cases']} of them state their whole setup: {_errors(whole)})"
         for src, row in (v.get("validation") or {}).items():
             if row.get("tpot") is not None:
                 trust += f"; validation ({src}, {row.get('cases')} runs): TPOT {row['tpot'] * 100:.0f}%"
