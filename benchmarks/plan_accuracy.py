@@ -120,16 +120,18 @@ CASES = [
      dict(max_model_len=16384, gpu_memory_utilization=0.8, tensor_parallel_size=4), "MoE MXFP4"),
 ]
 DEV_SET = {"25", "26", "27", "28", "29", "30"}
-# Logs whose environment probably had no FlashInfer, so vLLM sampled with PyTorch's native top-k/top-p
-# (memory/budget.py: its torch.sort peaks at 38 B per logit, against FlashInfer's 14 B). Inferred, not
-# printed, so these are shown as a what-if under --no-flashinfer-sampler and not scored: the 0.10.1
-# and 0.11.0 wheels require flashinfer-python only with the `flashinfer` extra, and both tracebacks
-# run from a conda env's site-packages (a pip install), not the release image. The development logs
-# 25-30 print "Using FlashInfer for top-p & top-k sampling" (their source logs), so the default holds there.
-# Log 14 runs a development branch from a source checkout, and the 0.9.2 wheel lists no flashinfer-python
-# at all (its Requires-Dist): only its last pipeline stage samples (gpu_model_runner.profile_run, 0.9.2), and
-# that stage's figure (11.33 GiB) is the one scored; stage 0 (12.13 GiB) is planned at 12.21 either way.
-NO_FLASHINFER_WHAT_IF = {
+# Logs whose paths show how vLLM was installed, which their user knows and types (--vllm-install pip):
+# vLLM 0.8-0.11.0 sample with FlashInfer wherever it is importable, and their wheels do not require
+# flashinfer-python (0.10.1 and 0.11.0 list it only under the `flashinfer` extra, 0.8/0.9/0.10.0 not at
+# all), so a pip install samples with PyTorch's native top-k/top-p (memory/budget.py: its torch.sort
+# peaks at 38 B per logit, against FlashInfer's 14 B). Logs 16 and 19 run from a conda env's
+# site-packages; log 14 runs a development branch from a source checkout (a build from source installs
+# the same requirements): only its last pipeline stage samples (gpu_model_runner.profile_run, 0.9.2),
+# and that stage's figure (11.33 GiB) is the one scored; stage 0 (12.13 GiB) is planned at 12.21 either
+# way. Logs that print no path (15, 102, 103) are planned as the user who does not say: the release
+# image. A log's sampler line, where it prints one, wins (logs 140, 142-144, 302). The development logs
+# 25-30 print "Using FlashInfer for top-p & top-k sampling" (their source logs).
+INSTALL_FROM_LOG = {
     "14": "a 0.9.2 development branch run from a source checkout (/home/ray/default/work/vllm/vllm/...): the "
           "0.9.2 wheel does not require flashinfer-python; the last of 2 pipeline stages samples",
     "16": "vLLM 0.10.1 in /home/ubuntu/miniconda3/envs/... (torch 2.7.1+cu126, the stock wheel: Marlin on Hopper)",
@@ -196,6 +198,8 @@ def run() -> list[dict]:
             # the sampler the engine said it runs (TopKTopPSampler's start-up line): configuration
             # the log states, as its serve flags are, not a measured figure
             flags = {**flags, "flashinfer_sampler": log.flashinfer_sampler}
+        if prefix in INSTALL_FROM_LOG:
+            flags = {**flags, "vllm_install": "pip"}  # what the log's paths show (INSTALL_FROM_LOG)
         r = plan(PlanRequest(_spec(model), g, vllm_version=version, engine=engine, **flags), what_ifs=False)
         est = r.memory.available_kv_cache_gib
         measured = _measured_gib(prefix, path.name, log, r)
@@ -328,8 +332,9 @@ def main() -> None:
         print(f"  {r['log'][:52]:52s} printed {r['printed']:6s} as {r['as']:6s} vLLM KV {r['measured_gib']:6.2f}  "
               f"kvplan {r['kvplan_gib']:6.2f}  error {r['error_gib']:+6.2f} ({r['error_pct']:+.1f} %)  "
               f"verdict {'right' if r['verdict_right'] else 'WRONG'}")
-    print("\nwhat if FlashInfer was not installed (--no-flashinfer-sampler; not scored, the environment is inferred):")
-    for r in _no_flashinfer_what_if():
+    print("\nwhat if the logs scored with --vllm-install pip (their paths show a pip or source install) were planned "
+          "without it (the release image's FlashInfer sampler, kvplan's default when the install is not said):")
+    for r in _install_unsaid_what_if():
         print(f"  {r['log'][:52]:52s} vLLM KV {r['measured_gib']:6.2f}  kvplan {r['kvplan_gib']:6.2f}  "
               f"error {r['error_gib']:+6.2f}  verdict {'right' if r['verdict_right'] else 'WRONG'}  ({r['why']})")
 
@@ -402,15 +407,14 @@ def _vendor_build_what_if() -> list[dict]:
     return rows
 
 
-def _no_flashinfer_what_if() -> list[dict]:
+def _install_unsaid_what_if() -> list[dict]:
     rows = []
-    for prefix, path, text, log, _g, _version, r in _replanned(NO_FLASHINFER_WHAT_IF,
-                                                                 lambda p: {"flashinfer_sampler": False}):
+    for prefix, path, text, log, _g, _version, r in _replanned(INSTALL_FROM_LOG, lambda p: {}):
         measured = min(log.available_kv_gib)
         est = r.memory.available_kv_cache_gib
         rows.append({"log": path.name, "measured_gib": measured, "kvplan_gib": round(est, 2),
                      "error_gib": round(est - measured, 2), "verdict_right": _verdict_right(r, log, text),
-                     "why": NO_FLASHINFER_WHAT_IF[prefix]})
+                     "why": INSTALL_FROM_LOG[prefix]})
     return rows
 
 

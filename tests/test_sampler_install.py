@@ -43,8 +43,45 @@ def test_a_verdict_that_fails_without_flashinfer_is_borderline_and_says_how_to_s
     assert not _rows(r)[NO_FLASHINFER].ok
     assert any("depends on how vLLM was installed" in n for n in r.notes)
     text = borderline_text(r)
-    assert "pip install" in text and "--no-flashinfer-sampler" in text
+    assert "pip install" in text and "--vllm-install pip" in text
     settled = plan(PlanRequest(load_model("openai/gpt-oss-120b"), find_gpu("H100"), vllm_version="0.11.0",
                                gpu_memory_utilization=0.95, max_num_batched_tokens=1024, max_model_len=131072,
                                flashinfer_sampler=False))
     assert not settled.startup.ok and not any("depends on how vLLM" in n for n in settled.notes)
+
+
+def test_the_install_the_user_knows_settles_the_sampler_as_the_wheel_or_the_image_runs_it():
+    """--vllm-install: log 19 ran 0.11.0 from a conda env's site-packages (a pip install) and vLLM
+    refused its 131,072 tokens; planned as that install the plan fails too, as the image it starts,
+    and neither shows the other install's what-if. A stated sampler (or a log's sampler line) wins."""
+    spec, gpu = load_model("openai/gpt-oss-120b"), find_gpu("H100")
+    common = dict(vllm_version="0.11.0", gpu_memory_utilization=0.95, max_num_batched_tokens=1024,
+                  max_model_len=131072)
+    pip = plan(PlanRequest(spec, gpu, vllm_install="pip", **common))
+    docker = plan(PlanRequest(spec, gpu, vllm_install="docker", **common))
+    unsaid = plan(PlanRequest(spec, gpu, **common))
+    assert not pip.startup.ok and docker.startup.ok and not docker.startup.borderline
+    assert abs(pip.memory.available_kv_cache_gib - _rows(unsaid)[NO_FLASHINFER].available_kv_cache_gib) < 1e-9
+    assert abs(docker.memory.available_kv_cache_gib - unsaid.memory.available_kv_cache_gib) < 1e-9
+    assert NO_FLASHINFER not in _rows(pip) and NO_FLASHINFER not in _rows(docker)
+    assert any("--vllm-install pip" in n and "0.11.0 wheel" in n for n in pip.notes)
+    stated = plan(PlanRequest(spec, gpu, vllm_install="pip", flashinfer_sampler=True, **common))
+    assert abs(stated.memory.available_kv_cache_gib - docker.memory.available_kv_cache_gib) < 1e-9
+    # 0.11.1+ require flashinfer-python and 0.21 samples with it: the install changes nothing there
+    for version in ("0.11.1", "0.21"):
+        a, b = (plan(PlanRequest(spec, gpu, vllm_version=version, vllm_install=i)) for i in ("pip", "docker"))
+        assert a.memory.available_kv_cache_gib == b.memory.available_kv_cache_gib
+
+
+def test_the_command_line_reads_the_install_and_refuses_an_unknown_one():
+    from kvplan.errors import UsageError
+    from kvplan.serve_flags import parse_argv, request_from_values
+
+    values, _log = parse_argv(["--model", "openai/gpt-oss-120b", "--gpu", "H100", "--vllm-install", "pip"])
+    assert request_from_values(values, set(values)).vllm_install == "pip"
+    try:
+        parse_argv(["--model", "x", "--vllm-install", "conda"])
+    except UsageError as e:
+        assert "--vllm-install" in str(e) and "pip, docker" in str(e)
+    else:
+        raise AssertionError("an unknown install was accepted")

@@ -24,7 +24,7 @@ RULED = sf._RULED
 def sample_argv(flag: sf.ServeFlag, positive: bool = True) -> tuple[list[str], object]:
     if flag.type is bool:
         return ([flag.flag] if positive else [flag.negative]), positive
-    text, value = SAMPLE[flag.type]
+    text, value = (flag.choices[-1], flag.choices[-1]) if flag.choices else SAMPLE[flag.type]
     return [flag.flag, text], value
 
 

@@ -114,6 +114,11 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
               "Whether vLLM's sampler runs FlashInfer (default: the version's, with FlashInfer installed as in the "
               "release images). --no-flashinfer-sampler: PyTorch-native top-k/top-p, e.g. a plain `pip install "
               "vllm` of 0.10-0.11, whose wheels do not require flashinfer-python.", vllm=False),
+    ServeFlag("vllm_install", ("--vllm-install",), str, None,
+              "How vLLM was installed: pip (pip, uv or conda install of the wheel, or a build from source) or "
+              "docker (the vllm/vllm-openai release image). Decides the sampler of 0.8-0.11.0, whose wheels do not "
+              "require FlashInfer and whose images ship it (default: planned as the image, the pip case shown).",
+              vllm=False, choices=("pip", "docker")),
     # serve flags that move memory beyond the KV cache (memory/lora.py, spec_decode.py, offload.py)
     ServeFlag("enable_lora", ("--enable-lora",), bool, False, "vLLM's flag: LoRA adapters (stacked A/B buffers for "
               "--max-loras adapters at --max-lora-rank on every module).", from_log=True),
@@ -368,6 +373,7 @@ def request_from_values(values: Mapping[str, Any], given: Collection[str] = froz
         gpu_memory_utilization=gmu,
         host_memory_bytes=parse_size(v["host_memory"], "--host-memory") if v["host_memory"] else None,
         entrypoint=entrypoint_kind(v["entrypoint"] or "serve"),
+        vllm_install=getattr(v["vllm_install"], "value", v["vllm_install"]),  # typer gives its choice Enum
         **plain,
     )
     if log is not None and source == "log":
@@ -382,7 +388,8 @@ def request_from_values(values: Mapping[str, Any], given: Collection[str] = froz
 #: the fields :func:`request_from_values` reads by a rule of their own (the others go to the request as given)
 _RULED = frozenset({"model", "gpu", "gpu_memory", "device", "max_model_len", "max_num_batched_tokens",
                     "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "flashinfer_sampler",
-                    "speculative_config", "gpu_memory_utilization", "host_memory", "entrypoint"})
+                    "speculative_config", "gpu_memory_utilization", "host_memory", "entrypoint",
+                    "vllm_install"})
 
 
 def _typed(flag: ServeFlag, value: Any) -> Any:

@@ -397,7 +397,7 @@ def _naive(config: ResolvedConfig, max_model_len: int, blocks: BlockSizing) -> N
 
 #: The what-if of a plan whose sampler depends on how vLLM was installed (semantics docstring).
 NO_FLASHINFER = "without FlashInfer (pip install vllm)"
-SETTLE_INSTALL = ("say how vLLM is installed: --flashinfer-sampler (the release image) or --no-flashinfer-sampler "
+SETTLE_INSTALL = ("say how vLLM is installed: --vllm-install docker (the release image) or --vllm-install pip "
                   "(a plain pip install), or give its start-up log (--from-log), which names its sampler")
 
 
@@ -409,7 +409,7 @@ def _install_dependent_verdict(rows, starts: bool) -> list[str]:
             return ["The verdict depends on how vLLM was installed: this plan assumes FlashInfer is installed "
                     "(the release image); a plain `pip install vllm` of this version has none, its native "
                     f"top-k/top-p sort needs more memory and vLLM fails ({w.available_kv_cache_gib:.2f} GiB of "
-                    "KV cache). Pass --no-flashinfer-sampler or --flashinfer-sampler, or --from-log with the "
+                    "KV cache). Pass --vllm-install pip or --vllm-install docker, or --from-log with the "
                     "start-up log, to settle it."]
     return []
 
@@ -417,8 +417,8 @@ def _install_dependent_verdict(rows, starts: bool) -> list[str]:
 def _what_ifs(req: PlanRequest, gpu_memory_utilization: float, kv_cache_dtype: str, replan: Replan,
               sem: VllmSemantics) -> list[WhatIf]:
     variants: list[tuple[str, dict]] = []
-    if (req.device == "cuda" and req.flashinfer_sampler is None and req.kv_cache_memory_bytes is None
-            and sem.flashinfer_sampler_depends_on_install):
+    if (req.device == "cuda" and req.flashinfer_sampler is None and req.vllm_install is None
+            and req.kv_cache_memory_bytes is None and sem.flashinfer_sampler_depends_on_install):
         variants.append((NO_FLASHINFER, {"flashinfer_sampler": False}))
     if req.device == "cuda" and not kv_cache_dtype.startswith("fp8"):
         variants.append(("--kv-cache-dtype fp8", {"kv_cache_dtype": "fp8"}))

@@ -127,7 +127,16 @@ def resolve(req: PlanRequest) -> ResolvedConfig:
     errors: list[admission.StartupError] = []
     warnings: list[str] = []
     notes: list[str] = list(req.notes)
-    if req.flashinfer_sampler is not None and device == "cuda" and sem.engine == "V1":
+    if req.flashinfer_sampler is None and req.vllm_install == "pip" and device == "cuda" \
+            and sem.flashinfer_sampler_depends_on_install:
+        # the wheel of 0.8-0.11.0 does not require flashinfer-python (its Requires-Dist), so
+        # TopKTopPSampler falls back: "FlashInfer is not available. Falling back to the PyTorch-native
+        # implementation"
+        req = replace(req, flashinfer_sampler=False)
+        notes.append(f"The profile run's dummy sampler is planned with PyTorch's native top-k/top-p (--vllm-install "
+                     f"pip): the {sem.label} wheel does not require flashinfer-python, so vLLM falls back "
+                     "to it; it sorts every row of logits.")
+    elif req.flashinfer_sampler is not None and device == "cuda" and sem.engine == "V1":
         notes.append("The profile run's dummy sampler is planned with " + (
             "FlashInfer's top-k/top-p (--flashinfer-sampler, or the start-up log's sampler line)." if req.flashinfer_sampler
             else "PyTorch's native top-k/top-p (--no-flashinfer-sampler, or the start-up log's sampler line): it sorts "

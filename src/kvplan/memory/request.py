@@ -42,6 +42,10 @@ class PlanRequest:
     # installed (release images); False = PyTorch-native (e.g. a plain pip install of 0.10-0.11.0;
     # the default itself from 0.11.1 to 0.20)
     flashinfer_sampler: Optional[bool] = None
+    # how vLLM was installed: "pip" (the wheel, or a source build) or "docker" (the release image);
+    # None: not said, planned as the image. Read only where the version's sampler depends on it
+    # (VllmSemantics.flashinfer_sampler_depends_on_install); a stated flashinfer_sampler wins.
+    vllm_install: Optional[str] = None
     # the scheduler's flags (None: vLLM's default, which the simulator resolves)
     enable_prefix_caching: Optional[bool] = None
     long_prefill_token_threshold: Optional[int] = None
