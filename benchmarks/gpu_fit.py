@@ -36,8 +36,11 @@ PRIORS = {
     "compute_sustain": 1.0,  # the kernel tables as measured
     "api_cpu_speed": 1.0,  # a GPU host's core as fast as the test host's
     "api_chat_jinja_s": 6.6e-5,  # the tiny test model's template, measured (benchmarks/frontend_cost.py)
+    # Marlin W8A16 / W4A16 against cuBLAS fp16 on an A800, m >= 4,096: 0.80-0.81 / 0.88-0.90 (vLLM 0.18's
+    # marlin_gemm, mgoin/humming benchmarks/results/a800 @ ff6442d, docs/sim.md)
     "marlin_fp8_compute_share": 0.8, "marlin_int4_compute_share": 0.9,
-    "marlin_mma_sync_share_sm90": 2.0 / 3.0,  # mma.sync on Hopper (FlashAttention-3, sec. 2.2)
+    # mma.sync on Hopper (FlashAttention-3, sec. 2.2); dense Marlin W4A16 on an H100 gives 0.69 (humming @ 1569726)
+    "marlin_mma_sync_share_sm90": 2.0 / 3.0,
     "triton_attention_dram_share": 1.0,  # every per-query-block prefix read from DRAM (no L2 reuse)
 }
 

@@ -44,6 +44,11 @@ def nearest_measured(gpu) -> tuple[str, bool]:
     names = available()
     if gpu.name in names:
         return gpu.name, True
+    from .kernel_transfer import transfer_for
+
+    transfer = transfer_for(gpu.name)
+    if transfer is not None and transfer.reference in names:
+        return transfer.reference, False  # the table its kernel measurements were compared with
     arch_of = {"A100-SXM4-80GB": "ampere", "H100-SXM5-80GB": "hopper", "H200-141GB": "hopper", "L40S": "ada",
                "B200-180GB": "blackwell"}
     bw = gpu.bandwidth_gbs or 1000.0
@@ -168,13 +173,17 @@ def attention_fit(table: dict, kv_dtype: str, head_dim: int) -> tuple[dict, str]
     return att[key], key
 
 
-def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0) -> GemmTable:
+def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0, transfer=None) -> GemmTable:
     """Efficiencies from ``table``, peaks of ``gpu`` (its own catalog figures: a fallback GPU gets
     the nearest measured GPU's efficiencies at its own bandwidth and FLOP/s); ``compute_scale``: the
-    share of the measured compute rate a GPU sustains while serving (1: the table's)."""
+    share of the measured compute rate a GPU sustains while serving (1: the table's); ``transfer``
+    (:class:`kvplan.sim.kernel_transfer.Transfer`): a fallback GPU's measured shares of those rates."""
     bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
     f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
     f8 = (gpu.fp8_tflops or table["peaks"].get("fp8_tflops") or gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
+    if transfer is not None:
+        bw, f16, f8 = (bw * transfer.gemm_memory, f16 * transfer.compute_share("bfloat16"),
+                       f8 * transfer.compute_share("fp8"))
     return GemmTable(table["gemm"], bw, f16 * compute_scale, f8 * compute_scale)
 
 

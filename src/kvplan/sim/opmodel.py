@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .costterms import (AllReduce, Attention, DenseLinears, Elementwise, EngineCore, LayerGaps, LinearAttentionState,
                         LMHead, MoEExperts, PipelineStages, Sampler)
+from .kernel_transfer import transfer_for
 from .stepmodel import CostTerm, StepModel, pad_to_capture
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -171,10 +172,13 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     tp, pp = cfg.tensor_parallel_size, cfg.pipeline_parallel_size
     table_name, exact = K.nearest_measured(gpu)
     table = K.load_table(table_name)
-    gemm = K.gemm_table_for(table, gpu, compute_scale=ov.compute_sustain)
-    gemm_as_measured = K.gemm_table_for(table, gpu) if ov.compute_sustain != 1.0 else gemm
-    bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
-    f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
+    # a borrowed table at this GPU's peaks, scaled to its published kernel measurements where there are some
+    transfer = None if exact else transfer_for(gpu.name)
+    gemm = K.gemm_table_for(table, gpu, compute_scale=ov.compute_sustain, transfer=transfer)
+    gemm_as_measured = K.gemm_table_for(table, gpu, transfer=transfer) if ov.compute_sustain != 1.0 else gemm
+    bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9 * (transfer.stream if transfer else 1.0)
+    f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12 * (
+        transfer.compute_share("bfloat16") if transfer else 1.0)
     quant = cfg.quantization
     kv_name = cfg.kv_cache_dtype
     kv_bytes = cfg.kv_bytes
@@ -479,7 +483,9 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
                      f"API server's time per request for a {CHAT_TEMPLATE_CHARS:,}-character template")
     version = table.get("vllm_version", "?")
     tables_desc = f"{table_name} (AIConfigurator, vLLM {version} kernels)"
-    if not exact:
+    if transfer is not None:
+        notes.append(f"{gpu.name} has no measured kernel tables: {transfer.describe()}")
+    elif not exact:
         notes.append(f"{gpu.name} has no measured kernel tables: roofline at its own catalog peaks with the "
                      f"efficiencies measured on {table_name}")
     clock = {
