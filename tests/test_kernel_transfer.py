@@ -75,12 +75,43 @@ ROCM_LATENCY = [("amd/Llama-3.1-70B-Instruct-FP8-KV", 1, 17.236), ("amd/Llama-3.
 @pytest.mark.parametrize("model, batch, measured_s", ROCM_LATENCY)
 def test_mi300x_decode_at_tp8_is_within_12_percent_of_rocm_s_published_latency(model, batch, measured_s):
     """Small static batches are decode-bound (2,048 steps reading the weights): without the transfer
-    the clock was 11-17 % fast on these four; with it 7-11 %. Measured by benchmarks/mi300x_latency.py."""
+    the clock was 11-17 % fast on these four; with it 7-11 %. Measured by benchmarks/mi300x_rocm_runs.py."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_fidelity import run_case
-    from mi300x_latency import argv_for
+    from mi300x_rocm_runs import argv_for
 
     case = {"model": model, "tensor_parallel_size": 8, "vllm_version": "0.10.0",
             "benchmark": {"batch_size": batch, "input_len": 128, "output_len": 2048}}
     duration = run_case(argv_for(case))["bench"]["duration"]
     assert abs(duration / measured_s - 1) < 0.12
+
+
+def test_large_all_reduces_run_at_the_measured_bus_bandwidth_share_and_small_ones_at_the_table():
+    """RCCL's bus bandwidth on 8 x MI300X is 0.70 of NCCL's on 8 x H200 from 16 MiB up (Azure's guide);
+    below 2 MiB vLLM's custom all-reduce runs, which nobody measured: the H200 table's, and a ramp
+    between, so the clock has no step at a guessed threshold."""
+    t = KT.transfer_for("MI300X")
+    assert 0.65 < t.allreduce_large < 0.75
+    table = K.load_table("H200-141GB")["allreduce"]
+    borrowed, scaled = K.AllReduce(table, 8, graph=True), K.AllReduce(table, 8, graph=True, transfer=t)
+    for small in (8192, 2**20, 2 * 2**20):
+        assert scaled(small) == borrowed(small)
+    for large in (16 * 2**20, 2**30):
+        assert abs(scaled(large) * t.allreduce_large - borrowed(large)) < 1e-12
+    factors = [t.allreduce_factor(2**k) for k in range(20, 26)]
+    assert factors == sorted(factors) and factors[0] == 1.0
+
+
+def test_the_offline_entrypoint_has_no_http_round_trip_and_streams_nothing():
+    """LLM(...) / `vllm bench throughput`: the caller's process adds the requests and processes the
+    tokens (the measured non-streamed 23 us each), without the API server's HTTP and SSE."""
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    models = {}
+    for entrypoint in ("serve", "offline"):
+        req = PlanRequest(spec, find_gpu("H100"), max_model_len=4096, entrypoint=entrypoint)
+        models[entrypoint] = opmodel.build(req, plan(req, what_ifs=False))
+    ov = opmodel.DEFAULT_OVERHEADS
+    assert models["serve"].request_overhead_s == ov.request_s > 0 == models["offline"].request_overhead_s
+    assert models["offline"].api_chunk_s == ov.api_token_unstreamed_s < models["serve"].api_chunk_s
+    assert models["offline"].api_request_s == models["serve"].api_request_s  # the caller still adds each one
+    assert any("offline entrypoint" in n for n in models["offline"].notes)

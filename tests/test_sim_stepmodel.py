@@ -82,6 +82,25 @@ def test_padded_parts_run_at_the_cuda_graph_size_and_never_get_cheaper_with_more
     assert all(b >= a for a, b in zip(values, values[1:]))
 
 
+def test_a_first_step_of_131072_batched_tokens_fills_the_envelope_without_recursing():
+    """--max-num-batched-tokens 131072 (ROCm's offline throughput runs): the first step above the
+    capture sizes is 2,040 grid points up; the envelope used to recurse once per point (RecursionError
+    past Python's 1,000 frames). Filled in a loop, it equals the envelope filled from below."""
+    import sys
+
+    first = _model()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)  # well under the 2,040 points: a recursive fill fails at once
+    try:
+        top = first.padded_envelope(131072)
+    finally:
+        sys.setrecursionlimit(limit)
+    from_below = _model()
+    for x in range(512, 131073, 64):
+        from_below.padded_envelope(x)
+    assert top == from_below.padded_envelope(131072) > first.padded_envelope(600)
+
+
 @dataclass(frozen=True, kw_only=True)
 class _LongestContext(CostTerm):
     """A test term that reads a per-sequence feature: 1 us per 1,000 tokens of the longest context."""

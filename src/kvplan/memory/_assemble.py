@@ -147,7 +147,8 @@ def _engine_spec(config: ResolvedConfig, flags: ResolvedFlags, memory: MemoryInf
         block_size=kv.block_size, num_gpu_blocks=kv.num_gpu_blocks, kv_cache_tokens=kv.kv_cache_tokens,
         kv_groups=kv.groups, kv_bytes_per_token_per_gpu=kv.bytes_per_token_per_gpu,
         weights_bytes_per_gpu=max(memory.weights_bytes_per_stage or (int(memory.weights_gib_per_gpu * (1 << 30)),)),
-        starts=startup.ok, startup_error=startup.error, serve_command=serve_command)
+        starts=startup.ok, startup_error=startup.error, serve_command=serve_command,
+        entrypoint=config.request.entrypoint)
 
 
 def headroom(config: ResolvedConfig, sized: KVSizing) -> Optional[Headroom]:

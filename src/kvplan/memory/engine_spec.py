@@ -68,6 +68,9 @@ class EngineSpec:
     startup_error: Optional[str]
     #: the ``vllm serve`` command that starts it
     serve_command: str
+    #: ``serve`` (an API server in front: HTTP, streaming) or ``offline`` (``LLM(...)``: the
+    #: caller's process adds the requests and processes the outputs; no HTTP, nothing streamed)
+    entrypoint: str = "serve"
 
     @property
     def model_id(self) -> str:

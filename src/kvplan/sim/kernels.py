@@ -143,7 +143,9 @@ class PerTokens:
 class AllReduce:
     """vLLM's custom all-reduce latency (seconds) per message size, log-log interpolated."""
 
-    def __init__(self, ar: dict, tp: int, graph: bool):
+    def __init__(self, ar: dict, tp: int, graph: bool, transfer=None):
+        #: a GPU borrowing the table: its measured share of the large messages' bandwidth (kernel_transfer)
+        self.transfer = transfer
         per = ar.get("graph" if graph else "eager") or ar.get("graph") or {}
         key = str(tp) if str(tp) in per else (max(per, key=int) if per else None)
         self.lx = [math.log(b) for b in ar.get("message_bytes", [])]
@@ -151,6 +153,11 @@ class AllReduce:
         self.scale = 1.0 if key is None or int(key) == tp else (2 * (tp - 1) / tp) / (2 * (int(key) - 1) / int(key))
 
     def __call__(self, nbytes: float) -> float:
+        if self.transfer is not None:
+            return self._table(nbytes) * self.transfer.allreduce_factor(nbytes)
+        return self._table(nbytes)
+
+    def _table(self, nbytes: float) -> float:
         if not self.ly:
             return 0.0
         i, w = _interp(self.lx, math.log(max(nbytes, 1.0)))

@@ -74,6 +74,9 @@ class Overheads:
     #: ... and per stream per engine step that gave it a token: detokenize (output_processor) and
     #: frame one SSE chunk (the stream generator).
     api_chunk_s: float = 7.81e-5
+    #: ... or, a token nobody streams (a non-streamed request; the offline LLM(...) entrypoint, whose
+    #: output processor runs in the caller's process): measured on the same server, not streamed
+    api_token_unstreamed_s: float = 2.32e-5
     #: api_request_s, api_chat_jinja_s (the tiny model's five-line template) and api_chunk_s are the
     #: API server process's CPU seconds measured on the real vLLM 0.32 CPU server of the tests
     #: (benchmarks/frontend_cost.py, benchmarks/data/frontend_cost_cpu.json: 1.37 ms per completions
@@ -190,7 +193,7 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         def ar(nbytes: float) -> float:  # NCCL ring over the network
             return ov.net_allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / (ov.net_bandwidth_gbs * 1e9)
     else:
-        ar = K.AllReduce(table["allreduce"], tp, graph=not eager)
+        ar = K.AllReduce(table["allreduce"], tp, graph=not eager, transfer=transfer)
     wo = {k: K.weight_only_ratio(table, k) for k in ("int4", "mxfp4")}
     notes: list[str] = []
     if wo["mxfp4"] is None and wo["int4"] is not None:
@@ -496,10 +499,17 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
         "overheads": ov.to_dict(),
         "validation": validation or validation_error(gpu.name, table_name),
     }
+    # the offline entrypoint (LLM(...), `vllm bench throughput` / `latency`): no HTTP round trip and
+    # nothing streamed; the caller's process still processes every request and token (v1 LLMEngine)
+    offline = cfg.entrypoint == "offline"
+    if offline:
+        notes.append("offline entrypoint (LLM(...)): no API server; the caller's process adds the requests and "
+                     f"processes each token at the measured non-streamed cost ({ov.api_token_unstreamed_s * 1e6:.0f} us)")
     return StepModel(
         terms=tuple(terms), async_overlap=cfg.async_scheduling, cuda_graphs=not eager,
-        request_overhead_s=ov.request_s, api_request_s=ov.api_request_s / ov.api_cpu_speed,
-        api_prompt_token_s=ov.api_prompt_token_s / ov.api_cpu_speed, api_chunk_s=ov.api_chunk_s / ov.api_cpu_speed,
+        request_overhead_s=0.0 if offline else ov.request_s, api_request_s=ov.api_request_s / ov.api_cpu_speed,
+        api_prompt_token_s=ov.api_prompt_token_s / ov.api_cpu_speed,
+        api_chunk_s=(ov.api_token_unstreamed_s if offline else ov.api_chunk_s) / ov.api_cpu_speed,
         api_chat_render_s={"jinja": (ov.api_chat_jinja_s + (ov.api_chat_parse_s_per_char * CHAT_TEMPLATE_CHARS
                                                             if cfg.semantics.chat_template_parsed_per_request else 0.0))
                            / ov.api_cpu_speed,
