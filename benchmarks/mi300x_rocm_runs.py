@@ -9,8 +9,8 @@ server). They are "partial" cases, so ``gpu_fidelity.py`` leaves them out:
 * latency: ``benchmark_latency.py``, one static batch of 1-128 prompts of 128 or 2,048 tokens
   decoding 2,048 tokens each: every prompt at once, ``--ignore-eos``; the batch's latency is the
   run's duration;
-* throughput: ``benchmark_throughput.py``, 3,200 prompts at once (``--max-num-seqs 3200``, 131,072
-  batched tokens, fp8 KV cache); the README's "Throughput (tokens/s)" does not say output or total
+* throughput: ``benchmark_throughput.py``, 3,200 prompts at once for the 70B, 1,500 for the 405B
+  (``--max-num-seqs`` the same, 131,072 batched tokens, fp8 KV cache); the README's "Throughput (tokens/s)" does not say output or total
   tokens, so both are printed.
 
 Nothing is fitted to them: the transfer's shares come from kernel measurements only.
@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         print(f"vLLM {version}: {len(sel)} runs, median |error| {statistics.median(abs(r['error']) for r in sel):.1%} "
               f"(without the transfer {statistics.median(abs(r['no_transfer_error']) for r in sel):.1%}), mean "
               f"{statistics.mean(r['error'] for r in sel):+.1%} ({statistics.mean(r['no_transfer_error'] for r in sel):+.1%})")
-    print("\nTHROUGHPUT (benchmark_throughput: 3,200 prompts at once; tokens/s, output or total not stated)")
+    print("\nTHROUGHPUT (benchmark_throughput: 3,200 (70B) or 1,500 (405B) prompts at once; tokens/s, output or "
+          "total not stated)")
     print(f"{'case':52s} {'measured':>9s} {'output':>8s} {'error':>7s} {'total':>8s} {'error':>7s} "
           f"{'before: output':>15s} {'total':>8s}")
     for case in rocm_cases(cases, "throughput_tok_s_unspecified"):
