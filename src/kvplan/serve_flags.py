@@ -109,7 +109,8 @@ SERVE_FLAGS: tuple[ServeFlag, ...] = (
               "vLLM's flag: every layer gets full-context KV (no sliding-window savings)."),
     ServeFlag("entrypoint", ("--entrypoint",), str, "serve",
               "serve (`vllm serve`) or offline (the LLM(...) class, also llm): vLLM gives them different batch "
-              "defaults (8,192 batched tokens, not 2,048, offline on GPUs under 70 GiB).", vllm=False),
+              "defaults (8,192 batched tokens, not 2,048, offline on GPUs under 70 GiB); simulate runs offline "
+              "without an API server (no HTTP, nothing streamed).", vllm=False),
     ServeFlag("flashinfer_sampler", ("--flashinfer-sampler",), bool, None,
               "Whether vLLM's sampler runs FlashInfer (default: the version's, with FlashInfer installed as in the "
               "release images). --no-flashinfer-sampler: PyTorch-native top-k/top-p, e.g. a plain `pip install "
