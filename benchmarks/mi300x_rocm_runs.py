@@ -82,10 +82,10 @@ def main(argv=None) -> int:
                      "kvplan_s": round(with_t, 3), "no_transfer_s": round(without, 3),
                      "error": with_t / measured - 1, "no_transfer_error": without / measured - 1})
     print("LATENCY (benchmark_latency: one static batch; seconds)")
-    print(f"{'case':52s} {'measured':>9s} {'kvplan':>8s} {'error':>7s} {'before':>8s} {'error':>7s}")
+    print(f"{'case':52s} {'measured':>9s} {'kvplan':>8s} {'error':>7s} {'H200 rates':>10s} {'error':>7s}")
     for r in rows:
         print(f"{r['id']:52s} {r['measured_s']:9.2f} {r['kvplan_s']:8.2f} {r['error']:+7.1%} "
-              f"{r['no_transfer_s']:8.2f} {r['no_transfer_error']:+7.1%}")
+              f"{r['no_transfer_s']:10.2f} {r['no_transfer_error']:+7.1%}")
     for version in sorted({r["version"] for r in rows}):
         sel = [r for r in rows if r["version"] == version]
         print(f"vLLM {version}: {len(sel)} runs, median |error| {statistics.median(abs(r['error']) for r in sel):.1%} "
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     print("\nTHROUGHPUT (benchmark_throughput: 3,200 (70B) or 1,500 (405B) prompts at once; tokens/s, output or "
           "total not stated)")
     print(f"{'case':52s} {'measured':>9s} {'output':>8s} {'error':>7s} {'total':>8s} {'error':>7s} "
-          f"{'before: output':>15s} {'total':>8s}")
+          f"{'H200 rates: output':>19s} {'total':>8s}")
     for case in rocm_cases(cases, "throughput_tok_s_unspecified"):
         measured = case["measured"]["throughput_tok_s_unspecified"]
         bench = run_case(argv_for(case))["bench"]
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
                "no_transfer_total_error": before["total_token_throughput"] / measured - 1}
         rows.append(row)
         print(f"{row['id']:52s} {measured:9.0f} {row['output_tok_s']:8.0f} {row['output_error']:+7.1%} "
-              f"{row['total_tok_s']:8.0f} {row['total_error']:+7.1%} {row['no_transfer_output_error']:+15.1%} "
+              f"{row['total_tok_s']:8.0f} {row['total_error']:+7.1%} {row['no_transfer_output_error']:+19.1%} "
               f"{row['no_transfer_total_error']:+8.1%}")
     thr = [r for r in rows if "output_error" in r]
     for version in sorted({r["version"] for r in thr}):

@@ -106,7 +106,7 @@ def test_the_request_holds_every_plain_flag_from_every_front_end(tmp_path):
         assert getattr(sf.request_from_values(values), f.field) == value, f.flag
         cfg = tmp_path / f"{f.field}.yaml"
         cfg.write_text(f"model: llama3-8b\ngpu: H100\n{f.field.replace('_', '-')}: "
-                       f"{'true' if f.type is bool else SAMPLE[f.type][0]}\n")
+                       f"{'true' if f.type is bool else argv[1]}\n")
         from_file = sf.values_of(load_config(cfg))
         assert getattr(sf.request_from_values(from_file), f.field) == value, f.flag
         ps = parse_serve_cmd(shlex.join(["vllm", "serve", "llama3-8b", *argv]))

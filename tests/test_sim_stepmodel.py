@@ -84,8 +84,8 @@ def test_padded_parts_run_at_the_cuda_graph_size_and_never_get_cheaper_with_more
 
 def test_a_first_step_of_131072_batched_tokens_fills_the_envelope_without_recursing():
     """--max-num-batched-tokens 131072 (ROCm's offline throughput runs): the first step above the
-    capture sizes is 2,040 grid points up; the envelope used to recurse once per point (RecursionError
-    past Python's 1,000 frames). Filled in a loop, it equals the envelope filled from below."""
+    capture sizes is 2,040 grid points up, more frames than Python allows a recursive fill (one per
+    point). Filled in a loop, it equals the envelope filled from below."""
     import sys
 
     first = _model()

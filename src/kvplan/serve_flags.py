@@ -374,7 +374,6 @@ def request_from_values(values: Mapping[str, Any], given: Collection[str] = froz
         gpu_memory_utilization=gmu,
         host_memory_bytes=parse_size(v["host_memory"], "--host-memory") if v["host_memory"] else None,
         entrypoint=entrypoint_kind(v["entrypoint"] or "serve"),
-        vllm_install=getattr(v["vllm_install"], "value", v["vllm_install"]),  # typer gives its choice Enum
         **plain,
     )
     if log is not None and source == "log":
@@ -389,8 +388,7 @@ def request_from_values(values: Mapping[str, Any], given: Collection[str] = froz
 #: the fields :func:`request_from_values` reads by a rule of their own (the others go to the request as given)
 _RULED = frozenset({"model", "gpu", "gpu_memory", "device", "max_model_len", "max_num_batched_tokens",
                     "vllm_version", "engine", "kv_cache_memory", "kv_cache_memory_bytes", "flashinfer_sampler",
-                    "speculative_config", "gpu_memory_utilization", "host_memory", "entrypoint",
-                    "vllm_install"})
+                    "speculative_config", "gpu_memory_utilization", "host_memory", "entrypoint"})
 
 
 def _typed(flag: ServeFlag, value: Any) -> Any:

@@ -180,17 +180,25 @@ def attention_fit(table: dict, kv_dtype: str, head_dim: int) -> tuple[dict, str]
     return att[key], key
 
 
-def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0, transfer=None) -> GemmTable:
-    """Efficiencies from ``table``, peaks of ``gpu`` (its own catalog figures: a fallback GPU gets
-    the nearest measured GPU's efficiencies at its own bandwidth and FLOP/s); ``compute_scale``: the
-    share of the measured compute rate a GPU sustains while serving (1: the table's); ``transfer``
-    (:class:`kvplan.sim.kernel_transfer.Transfer`): a fallback GPU's measured shares of those rates."""
+def peak_rates(table: dict, gpu, transfer=None) -> tuple[float, float, float, float]:
+    """(stream bytes/s, GEMM bytes/s, bf16 FLOP/s, fp8 FLOP/s) the clock times ``gpu`` at: its own
+    catalog peaks (a fallback GPU's missing figure: the table's GPU's), times ``transfer``'s shares
+    (:class:`kvplan.sim.kernel_transfer.Transfer`) for a GPU borrowing ``table`` with measured kernels."""
     bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9
     f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
     f8 = (gpu.fp8_tflops or table["peaks"].get("fp8_tflops") or gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12
-    if transfer is not None:
-        bw, f16, f8 = (bw * transfer.gemm_memory, f16 * transfer.compute_share("bfloat16"),
-                       f8 * transfer.compute_share("fp8"))
+    if transfer is None:
+        return bw, bw, f16, f8
+    return (bw * transfer.stream, bw * transfer.gemm_memory, f16 * transfer.compute_share("bfloat16"),
+            f8 * transfer.compute_share("fp8"))
+
+
+def gemm_table_for(table: dict, gpu, compute_scale: float = 1.0, transfer=None) -> GemmTable:
+    """Efficiencies from ``table``, peaks of ``gpu`` (:func:`peak_rates`: a fallback GPU gets the
+    nearest measured GPU's efficiencies at its own bandwidth and FLOP/s, scaled by ``transfer`` where
+    its kernels are measured); ``compute_scale``: the share of the measured compute rate a GPU
+    sustains while serving (1: the table's)."""
+    _stream, bw, f16, f8 = peak_rates(table, gpu, transfer)
     return GemmTable(table["gemm"], bw, f16 * compute_scale, f8 * compute_scale)
 
 

@@ -179,9 +179,7 @@ def build_for(cfg: EngineConfig, *, overheads: Optional[Overheads] = None,
     transfer = None if exact else transfer_for(gpu.name)
     gemm = K.gemm_table_for(table, gpu, compute_scale=ov.compute_sustain, transfer=transfer)
     gemm_as_measured = K.gemm_table_for(table, gpu, transfer=transfer) if ov.compute_sustain != 1.0 else gemm
-    bw = (gpu.bandwidth_gbs or table["peaks"]["bandwidth_gbs"]) * 1e9 * (transfer.stream if transfer else 1.0)
-    f16 = (gpu.bf16_tflops or table["peaks"]["bf16_tflops"]) * 1e12 * (
-        transfer.compute_share("bfloat16") if transfer else 1.0)
+    bw, _gemm_bw, f16, _f8 = K.peak_rates(table, gpu, transfer)
     quant = cfg.quantization
     kv_name = cfg.kv_cache_dtype
     kv_bytes = cfg.kv_bytes
