@@ -375,6 +375,7 @@ def test_toml_config(tmp_path):
     ("type.yaml", "model: x\ntarget_qps: fast\n", "type.yaml:2: target_qps: expected int or float"),
     ("bool.yaml", "tensor_parallel_size: true\n", "bool.yaml:1: tensor_parallel_size: expected int"),
     ("list.yaml", "- model\n", "expected a mapping"),
+    ("choice.yaml", "model: x\nvllm-install: conda\n", "choice.yaml:2: vllm-install: 'conda' is not one of pip, docker"),
     ("x.json", "{}", "expected a .yaml, .yml or .toml file"),
 ])
 def test_bad_config_files_name_file_and_line(tmp_path, name, text, expect):
@@ -396,11 +397,20 @@ def test_yaml_config_is_safe_loaded(tmp_path):
 _SIMPLE = {k: v for k, v in KNOWN_KEYS.items() if v in ((str,), (int,), (bool,))}
 
 
+def _simple_values(key: str):
+    """Values a config key accepts: its flag's choices where it has some (a value outside them is
+    refused: test_bad_config_files_name_file_and_line), else any of its type."""
+    from kvplan.serve_flags import BY_FIELD
+
+    if key in BY_FIELD and BY_FIELD[key].choices:
+        return st.sampled_from(BY_FIELD[key].choices)
+    return {(str,): st.text("abcxyz./-_", min_size=1, max_size=12), (int,): st.integers(1, 10**6),
+            (bool,): st.booleans()}[_SIMPLE[key]]
+
+
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(sorted(_SIMPLE)), st.none(), min_size=1, max_size=6).flatmap(
-    lambda d: st.fixed_dictionaries({k: {(str,): st.text("abcxyz./-_", min_size=1, max_size=12),
-                                         (int,): st.integers(1, 10**6), (bool,): st.booleans()}[_SIMPLE[k]]
-                                     for k in d})),
+    lambda d: st.fixed_dictionaries({k: _simple_values(k) for k in d})),
        st.booleans())
 def test_config_round_trip_property(tmp_path, values, hyphens):
     """Any mapping of known keys written as TOML reads back as the same settings."""

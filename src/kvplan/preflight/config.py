@@ -119,6 +119,9 @@ def _validate(p: Path, data: Any, lines: dict[str, int]) -> dict[str, Any]:
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             names = " or ".join(t.__name__ for t in types)
             raise UsageError(f"{where}: {raw_key}: expected {names}, got {type(value).__name__} {value!r}")
+        choices = BY_FIELD[key].choices if key in BY_FIELD else ()
+        if choices and str(value) not in choices:
+            raise UsageError(f"{where}: {raw_key}: {value!r} is not one of {', '.join(choices)}")
         if key in out:
             raise UsageError(f"{where}: {raw_key!r} given twice in {p.name}")
         out[key] = _normalise(key, value, where)
