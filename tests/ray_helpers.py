@@ -23,38 +23,72 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: How often the head is started again when ``ray start`` exits before it answers: it takes free
+#: ports it picked itself (GCS, raylet, object manager) and a port another process took between
+#: the pick and the bind ends it at once; once, a fresh-clone CI run saw "ray start exited".
+START_ATTEMPTS = 3
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def _start_head(ray_bin: Path, temp_dir: Path, attempt: int) -> tuple[subprocess.Popen, int, Path]:
+    port = free_port()
+    log = temp_dir / f"ray-start-{attempt}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                                 "--include-dashboard=false", "--disable-usage-stats",
+                                 "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}"],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, port, log
+
+
+def _stop_head(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 @contextlib.contextmanager
 def local_ray_head(temp_dir: Path, startup_timeout_s: float = 90.0) -> Iterator[str]:
     """Start the head, yield its address (``127.0.0.1:PORT``) once ``ray status`` answers."""
     import ray
 
-    port = free_port()
     ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-                             "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-                             f"--temp-dir={temp_dir}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    exits: list[str] = []
+    for attempt in range(START_ATTEMPTS):
+        proc, port, log = _start_head(ray_bin, temp_dir, attempt)
         deadline = time.monotonic() + startup_timeout_s
         while time.monotonic() < deadline:
             if subprocess.run([str(ray_bin), "status", f"--address=127.0.0.1:{port}"], capture_output=True,
                               timeout=60).returncode == 0:
                 break
             if proc.poll() is not None:
-                pytest.fail("ray start exited")
+                break
             time.sleep(1)
         else:
-            pytest.fail(f"the local Ray head did not come up in {startup_timeout_s:.0f} s")
+            _stop_head(proc)
+            pytest.fail(f"the local Ray head did not come up in {startup_timeout_s:.0f} s; its log:\n{_tail(log)}")
+        if proc.poll() is None:
+            break
+        _stop_head(proc)  # its raylet or GCS may outlive the exited `ray start`
+        exits.append(f"try {attempt + 1} (port {port}), exit {proc.returncode}:\n{_tail(log)}")
+        print(f"[ray] ray start exited, started again: {exits[-1]}")
+    else:
+        pytest.fail("ray start exited on every try:\n" + "\n".join(exits))
+    try:
         yield f"127.0.0.1:{port}"
     finally:
         if ray.is_initialized():  # this process joined the head (kvplan tune in-process)
             ray.shutdown()
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _stop_head(proc)

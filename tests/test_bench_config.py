@@ -168,7 +168,7 @@ def test_build_result_counts_failures_lag_and_gates():
     res = build_result(cfg, recs, meta={"model": "m"}, server={}, gpu={}, stop_reason="completed", cpu_s=0.1,
                        wall_s=1.0)
     d = res.to_dict()
-    assert d["requests"] == {"total": 10, "ok": 9, "failed": 1, "error_rate": 0.1, "warmup_excluded": 1}
+    assert d["requests"] == {"total": 10, "ok": 9, "failed": 1, "error_rate": 0.1, "warmup_excluded": 1, "resent": 0}
     assert d["errors"] == {"http_503": 1}
     assert d["latency_s"]["ttft"]["p50"] == pytest.approx(0.0195)
     assert d["latency_s"]["tpot"]["p50"] == pytest.approx((0.1995 - 0.0195) / 9)

@@ -109,6 +109,26 @@ def test_stream_faults(tmp_path, mode, klass):
     assert p.returncode == 1  # no request succeeded
 
 
+def test_a_request_the_server_hung_up_on_unanswered_is_sent_once_more(tmp_path):
+    """A server that closes a connection without answering (vLLM's API server closing an idle
+    keep-alive connection the client reuses at that moment) never saw the request: it is sent once
+    more and counted as resent, not failed; a server that hangs up on every request still fails
+    them all (one resend each, not a loop)."""
+    with fake_server("--mode", "hangup", "--fault-every", "2") as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--max-requests", "10",
+                     "--output-len", "4", "--endpoint", "completions", "--records", tmp_path / "rec.jsonl")
+    _valid(d)
+    assert p.returncode == 0 and d["requests"]["ok"] == 10, d["errors"]
+    recs = [json.loads(line) for line in (tmp_path / "rec.jsonl").read_text().splitlines()]
+    assert d["requests"]["resent"] == sum(r["resent"] for r in recs if not r["warmup"]) >= 1, d["requests"]
+    with fake_server("--mode", "hangup") as (port, _):
+        p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r2.json", "--rate", "20", "--max-requests", "4",
+                     "--output-len", "4", "--endpoint", "completions")
+    _valid(d)
+    assert d["errors"] == {"broken_stream": 4} and d["requests"]["resent"] == 4
+    assert p.returncode == 1
+
+
 def test_slow_server_times_out_on_time(tmp_path):
     with fake_server("--mode", "slow", "--slow-s", "60") as (port, _):
         p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "5", "--duration", "2s",

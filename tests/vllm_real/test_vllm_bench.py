@@ -48,7 +48,7 @@ def test_request_and_token_counts_match_the_server(bench_run):
     assert d["model"] == server.served_model_name  # discovered from /v1/models
     assert d["ignore_eos"] is True  # owned_by: vllm
     n = N_REQUESTS
-    assert d["requests"] == {"total": n, "ok": n, "failed": 0, "error_rate": 0.0, "warmup_excluded": 0}
+    assert d["requests"] == {"total": n, "ok": n, "failed": 0, "error_rate": 0.0, "warmup_excluded": 0, "resent": 0}
     assert d["errors"] == {} and not d["partial"]
     assert_bench_passed(None, d)  # every gate, bar a client-bound verdict on an overloaded host (stated tolerance)
     deltas = d["server"]["deltas"]

@@ -125,8 +125,15 @@ def test_doctor_on_real_oversize_request(tiny_llama_server):
 
 
 # --------------------------------------------------------------------------- watch on the real server
-def _load(base_url: str, model: str, n: int, max_tokens: int) -> None:
+#: The load of test_watch_under_small_load: polls taken while it runs, and its bound in requests.
+MIN_POLLS, MAX_LOAD_REQUESTS = 8, 60
+
+
+def _load(base_url: str, model: str, n: int, max_tokens: int, stop=None) -> None:
+    """``n`` completions one after another (fewer once ``stop``, a threading.Event, is set)."""
     for i in range(n):
+        if stop is not None and stop.is_set():
+            return
         post_json(base_url, "/v1/completions", {"model": model, "prompt": f"count to {i} please", "max_tokens": max_tokens,
                                                 "ignore_eos": True}, 120)
 
@@ -137,8 +144,8 @@ SLOW_POLL_S = 0.1
 
 
 def test_watch_under_small_load(tiny_llama_server):
-    """Watch polls every 0.5 s while 8 short completions run (bounded): the snapshot has every
-    field, tokens/s and running move, and the E2E/TTFT percentiles come from the window."""
+    """Watch polls every 0.5 s while short completions run back to back (bounded): the snapshot has
+    every field, tokens/s and running move, and the E2E/TTFT percentiles come from the window."""
     import threading
     import time
 
@@ -147,17 +154,23 @@ def test_watch_under_small_load(tiny_llama_server):
     w = Watcher(tiny_llama_server.base_url, window_s=30)
     first = w.poll()
     assert first.up and first.kv_cache_usage is not None
-    # 8 completions of 160 tokens one after another (about 1 s each): the 0.5 s polls fall inside them
-    # (64 tokens ran about 0.2 s: a CI run beside a busy job saw no poll with a request running)
-    t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name, 8, 160))
+    # completions of 160 tokens one after another (0.3-1 s each) until MIN_POLLS polls have come
+    # back during the load, at most MAX_LOAD_REQUESTS: the 0.5 s polls fall inside them. (A fixed 8
+    # ran about 4 s on a CI host while one /metrics answer took 2.6 s: 4 polls, none saw a request.)
+    stop = threading.Event()
+    t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name,
+                                             MAX_LOAD_REQUESTS, 160, stop))
     t.start()
     snaps, poll_s = [], []
     deadline = time.monotonic() + 120
-    while (t.is_alive() or len(snaps) < 3) and time.monotonic() < deadline:
+    while t.is_alive() and time.monotonic() < deadline:
         time.sleep(0.5)
         t0 = time.monotonic()
         snaps.append(w.poll())
         poll_s.append(time.monotonic() - t0)
+        if len(snaps) >= MIN_POLLS:
+            stop.set()
+    stop.set()
     t.join(timeout=120)
     snaps.append(w.poll())
     assert all(s.up for s in snaps)

@@ -119,7 +119,7 @@ def _wait_idle(base_url: str, timeout: float = 120.0) -> None:
 
 
 def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: float = 150.0,
-              queued: tuple[str, ...] = ()) -> tuple[list[Outcome], float, dict[str, float]]:
+              queued: tuple[str, ...] = (), together: bool = False) -> tuple[list[Outcome], float, dict[str, float]]:
     """Send each request at its offset (one thread each), stream it, and return the outcomes, the
     server's preemption delta and each request's actual send offset.
 
@@ -131,6 +131,11 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
     the scheduler's rules for a queue in a known order, not about thread timing. The simulator is
     fed that order (the requests' ``at_s``); the queue's arrival times do not matter to it because
     none of them fits before the blockers free their blocks.
+    With ``together``, the burst's premise is that the server runs all of ``reqs`` at once: the
+    coordinator watches the gauges for it and raises PremiseBroken when a request finishes first
+    (a request that reaches the scheduler seconds late, after the others have grown into the
+    blocks it needs, waits for them instead of being admitted: a fresh-clone CI run saw 0
+    preemptions where 23 others saw 1).
     Bounded: len(reqs) <= 16 requests, ``timeout`` per stream, QUEUE_GATE_TIMEOUT_S per gate."""
     assert len(reqs) <= 16
     model = model_name(base_url)
@@ -161,6 +166,14 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(reqs)) as pool:
         futs = [pool.submit(one, i, r) for i, r in enumerate(reqs)]
         try:
+            if together:
+                def any_done() -> Optional[str]:
+                    with lock:
+                        done = sorted(out)
+                    return f"{', '.join(done)} finished" if done else None
+
+                _wait_for(base_url, f"all {len(reqs)} requests running at once",
+                          lambda running, waiting: running >= len(reqs), broken=any_done)
             if queued:
                 first_queued = min(q.at_s for q in reqs if q.name in gates)
                 ahead_names = [r.name for r in reqs if r.name not in gates and r.at_s <= first_queued]
@@ -192,21 +205,21 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
     return [out[r.name] for r in reqs], after - before, sent_at
 
 
-def run_queued_burst(base_url: str, reqs: tuple[Req, ...], queued: tuple[str, ...],
-                     attempts: int = BURST_ATTEMPTS) -> tuple[list[Outcome], float, dict[str, float]]:
+def run_burst_in_place(base_url: str, reqs: tuple[Req, ...], attempts: int = BURST_ATTEMPTS,
+                       **burst) -> tuple[list[Outcome], float, dict[str, float]]:
     """run_burst, sent again (at most ``attempts`` times in all) while its premise breaks; the
     reasons are printed so a CI log shows how often the host was too slow."""
     reasons = []
     for _ in range(attempts):
         try:
-            return run_burst(base_url, reqs, queued=queued)
+            return run_burst(base_url, reqs, **burst)
         except PremiseBroken as e:
             reasons.append(str(e))
             print(f"[sim fidelity] burst sent again: {e}")
     # Nothing about the scheduler was measured: a skip that says so, not a verdict. (One day's host broke
     # every try in 2 of 6 runs - once with the gauges at "0 running" while the blockers ran - and
     # needed no retry in 3 of the other 4.)
-    pytest.skip(f"the burst's queue was never in place before its blockers finished ({attempts} tries): "
+    pytest.skip(f"the burst's premise never held ({attempts} tries): "
                 f"the host was too slow to set up what the test measures: {reasons}")
 
 
@@ -352,7 +365,7 @@ def plan_and_profile(fidelity_server, tiny_llama_model):
 
 def test_waves_burst_matches_the_simulator(fidelity_server, plan_and_profile, capsys):
     req, profile = plan_and_profile
-    outcomes, real_pre, sent_at = run_queued_burst(fidelity_server.base_url, WAVES, QUEUE)
+    outcomes, real_pre, sent_at = run_burst_in_place(fidelity_server.base_url, WAVES, queued=QUEUE)
     by = {o.name: o for o in outcomes}
     assert by["R"].status_400 and not by["R"].ok, by["R"]  # vLLM's API rejects a prompt over max_model_len
     served = [o for o in outcomes if o.name != "R"]
@@ -420,7 +433,7 @@ def test_rejection_and_clamping_match(fidelity_server, plan_and_profile):
 
 def test_identical_burst_preemptions_match(fidelity_server, plan_and_profile, capsys):
     req, profile = plan_and_profile
-    outcomes, real_pre, _ = run_burst(fidelity_server.base_url, IDENTICAL, seed=9000)
+    outcomes, real_pre, _ = run_burst_in_place(fidelity_server.base_url, IDENTICAL, seed=9000, together=True)
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     sim = simulate_burst(req, IDENTICAL, profile)
     d = sim.to_dict()

@@ -94,7 +94,7 @@ class Record:
 
     __slots__ = ("i", "worker", "warmup", "scheduled", "sent", "first_token", "last_token", "end", "chunk_times",
                  "prompt_tokens", "output_tokens", "chunks", "max_tokens", "finish_reason", "status", "error",
-                 "detail", "usage_missing")
+                 "detail", "usage_missing", "resent")
 
     def __init__(self, i: int, worker: int, scheduled: float, warmup: bool, max_tokens: int):
         self.i = i
@@ -115,6 +115,7 @@ class Record:
         self.error: Optional[str] = None
         self.detail: Optional[str] = None
         self.usage_missing = False
+        self.resent = False  # sent again after a pooled connection the server had closed (execute)
 
     @property
     def ok(self) -> bool:
@@ -153,6 +154,7 @@ class Record:
             "end": r6(self.end), "ttft": r6(self.ttft), "tpot": r6(self.tpot), "e2e": r6(self.e2e),
             "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens, "chunks": self.chunks,
             "max_tokens": self.max_tokens, "finish_reason": self.finish_reason, "usage_missing": self.usage_missing,
+            "resent": self.resent,
             "itl": [r6(x) for x in self.itls()],
         }
 
@@ -216,34 +218,17 @@ async def execute(session: aiohttp.ClientSession, url: str, body: bytes, headers
     now = time.monotonic
     rec.sent = now() - t0
     try:
-        # never follow a redirect: a POST re-sent elsewhere would be counted as this server's answer
-        async with session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp:
-            rec.status = resp.status
-            if resp.status != 200:
-                rec.error = f"http_{resp.status}"
-                if 300 <= resp.status < 400:
-                    rec.detail = redirect_detail(resp, url.split("/v1/")[0])
-                else:
-                    raw = await resp.content.read(DETAIL_MAX)
-                    rec.detail = raw.decode("utf-8", "replace")
-                return rec
-            if stream:
-                await _read_stream(resp, rec, t0)
-            else:
-                raw = await read_capped(resp, MAX_BODY_BYTES)
-                t = now() - t0
-                if raw is None:
-                    rec.error, rec.detail = "overlong_output", f"the answer is larger than {MAX_BODY_BYTES >> 20} MiB"
-                    return rec
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    rec.error, rec.detail = "malformed_sse", f"body is not JSON: {raw[:80]!r}"
-                    return rec
-                if isinstance(obj, dict):
-                    _absorb(rec, obj, t)
-                    if obj.get("error"):
-                        rec.error, rec.detail = "stream_error", json.dumps(obj["error"])[:DETAIL_MAX]
+        try:
+            await _post(session, url, body, headers, rec, t0, stream, timeout)
+        except aiohttp.ServerDisconnectedError:
+            if rec.status is not None:
+                raise
+            # The server closed the connection before answering: a pooled connection it had closed
+            # while idle, whose close this event loop had not yet read (a starved host; see
+            # KEEPALIVE_S). The server never saw the request, so it is sent once more, as the OpenAI
+            # SDK's clients do on a connection error; its latencies still count from the first send.
+            rec.resent = True
+            await _post(session, url, body, headers, rec, t0, stream, timeout)
     except asyncio.CancelledError:
         rec.error, rec.detail = "cancelled", "in flight when the run stopped"
         rec.end = now() - t0
@@ -256,6 +241,40 @@ async def execute(session: aiohttp.ClientSession, url: str, body: bytes, headers
     if rec.ok:
         _judge(rec)
     return rec
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict, rec: Record, t0: float,
+                stream: bool, timeout: aiohttp.ClientTimeout) -> None:
+    """One POST of the request, its answer read into ``rec``."""
+    now = time.monotonic
+    # never follow a redirect: a POST re-sent elsewhere would be counted as this server's answer
+    async with session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp:
+        rec.status = resp.status
+        if resp.status != 200:
+            rec.error = f"http_{resp.status}"
+            if 300 <= resp.status < 400:
+                rec.detail = redirect_detail(resp, url.split("/v1/")[0])
+            else:
+                raw = await resp.content.read(DETAIL_MAX)
+                rec.detail = raw.decode("utf-8", "replace")
+            return
+        if stream:
+            await _read_stream(resp, rec, t0)
+        else:
+            raw = await read_capped(resp, MAX_BODY_BYTES)
+            t = now() - t0
+            if raw is None:
+                rec.error, rec.detail = "overlong_output", f"the answer is larger than {MAX_BODY_BYTES >> 20} MiB"
+                return
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                rec.error, rec.detail = "malformed_sse", f"body is not JSON: {raw[:80]!r}"
+                return
+            if isinstance(obj, dict):
+                _absorb(rec, obj, t)
+                if obj.get("error"):
+                    rec.error, rec.detail = "stream_error", json.dumps(obj["error"])[:DETAIL_MAX]
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, rec: Record, t0: float) -> None:

@@ -6,7 +6,7 @@ It is not vLLM and says so (``owned_by: "kvplan-fake"`` unless told otherwise). 
 127.0.0.1 only, exits by itself after ``--max-lifetime`` seconds, and is a raw asyncio protocol
 (HTTP/1.1 keep-alive, chunked SSE) so that it stays cheaper than any client that drives it.
 
-    python -m kvplan.bench.fake_server --port 0 [--mode normal|status:503|drop|garbage|slow|truncate]
+    python -m kvplan.bench.fake_server --port 0 [--mode normal|status:503|drop|garbage|slow|truncate|hangup]
         [--fault-every K] [--itl S] [--ttft S] [--owned-by vllm] [--max-lifetime S]
 
 Hostile modes (what a server kvplan does not control may do to the client's memory and keys):
@@ -32,7 +32,7 @@ import time
 from typing import Optional
 
 MODES = ("normal", "drop", "garbage", "slow", "truncate", "redirect", "endless_event", "endless_body",
-         "overlong")  # plus status:<code>
+         "overlong", "hangup")  # plus status:<code>
 MODELS_MODES = ("normal", "redirect", "slow", "cut")
 _HOSTILE_PIECE = 64 << 10  # bytes per write of the endless modes
 _BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -226,6 +226,10 @@ class FakeProtocol(asyncio.Protocol):
             return
         faulty = args.fault_every > 0 and st.requests % args.fault_every == 0
         mode = args.mode if faulty else "normal"
+        if mode == "hangup":  # closed without an answer, as a server closes an idle keep-alive connection
+            if self.transport is not None:
+                self.transport.close()
+            return
         if mode.startswith("status:"):
             code = int(mode.split(":", 1)[1])
             self._respond(code, json.dumps({"error": {"message": f"fake {code}", "code": code}}).encode())
@@ -335,7 +339,7 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m kvplan.bench.fake_server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--mode", default="normal", help="normal, status:CODE, drop, garbage, slow, truncate")
+    ap.add_argument("--mode", default="normal", help="normal, status:CODE, drop, garbage, slow, truncate, hangup")
     ap.add_argument("--fault-every", type=int, default=1, help="apply --mode to every K-th request (1 = all)")
     ap.add_argument("--itl", type=float, default=0.0, help="seconds between tokens (0: all at once)")
     ap.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token")

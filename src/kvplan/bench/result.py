@@ -24,6 +24,9 @@ LATENCY_KEYS = ("ttft", "tpot", "itl", "e2e")
 @dataclass(frozen=True, eq=False)
 class BenchRequests(RequestCounts):
     warmup_excluded: int  # warm-up requests sent before the measured ones
+    #: measured requests sent a second time because the server had closed the pooled connection the
+    #: first went out on (client.execute): not failures, but a count that should stay near 0
+    resent: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,7 +231,8 @@ def build_result(cfg: BenchConfig, records: Sequence[Record], *, meta: Mapping[s
     return BenchResult(
         meta=meta, config=cfg.public(),
         requests=BenchRequests(total=total, ok=len(ok), failed=len(failed), error_rate=error_rate,
-                               warmup_excluded=len(records) - total),
+                               warmup_excluded=len(records) - total,
+                               resent=sum(1 for r in records if r.resent and not r.warmup)),
         errors=errors, error_examples=examples, finish_reasons=finish,
         tokens=BenchTokens(input_total=in_tok, output_total=out_tok, usage_missing=sum(1 for r in ok if r.usage_missing),
                            output_chunks_total=sum(r.chunks for r in ok)),

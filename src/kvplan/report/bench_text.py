@@ -60,7 +60,8 @@ def render_summary(d: dict, console: Optional[Console] = None) -> None:
     lag = d["schedule_lag_s"]
     head = Table.grid(padding=(0, 2))
     head.add_row("model", Text(str(d.get("model"))), "mode", str(rate.get("mode")))
-    head.add_row("requests", f"{req['total']:,} ({req['ok']:,} ok, {req['failed']:,} failed)",
+    resent = f", {req['resent']:,} sent again on a fresh connection" if req.get("resent") else ""
+    head.add_row("requests", f"{req['total']:,} ({req['ok']:,} ok, {req['failed']:,} failed{resent})",
                  "error rate", "-" if req.get("error_rate") is None else f"{req['error_rate']:.2%}")
     head.add_row("rate requested / achieved", f"{_num(rate.get('requested'))} / {_num(rate.get('achieved'))} req/s",
                  "schedule lag p50 / p99", f"{_ms(lag.get('p50'))} / {_ms(lag.get('p99'))} ms")
