@@ -116,16 +116,19 @@ def test_a_request_the_server_hung_up_on_unanswered_is_sent_once_more(tmp_path):
     them all (one resend each, not a loop)."""
     with fake_server("--mode", "hangup", "--fault-every", "2") as (port, _):
         p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r.json", "--rate", "20", "--max-requests", "10",
-                     "--output-len", "4", "--endpoint", "completions", "--records", tmp_path / "rec.jsonl")
+                     "--output-len", "4", "--endpoint", "completions", "--records", str(tmp_path / "rec.jsonl"),
+                     env={"COLUMNS": "200"})  # the summary's cells unwrapped
     _valid(d)
     assert p.returncode == 0 and d["requests"]["ok"] == 10, d["errors"]
     recs = [json.loads(line) for line in (tmp_path / "rec.jsonl").read_text().splitlines()]
     assert d["requests"]["resent"] == sum(r["resent"] for r in recs if not r["warmup"]) >= 1, d["requests"]
+    assert f"0 failed, {d['requests']['resent']} sent again on a fresh connection" in p.stdout, p.stdout
     with fake_server("--mode", "hangup") as (port, _):
         p, d = bench(f"http://127.0.0.1:{port}", tmp_path / "r2.json", "--rate", "20", "--max-requests", "4",
                      "--output-len", "4", "--endpoint", "completions")
     _valid(d)
     assert d["errors"] == {"broken_stream": 4} and d["requests"]["resent"] == 4
+    assert d["error_examples"]["broken_stream"].startswith("sent again after the server disconnected"), d
     assert p.returncode == 1
 
 

@@ -235,6 +235,8 @@ async def execute(session: aiohttp.ClientSession, url: str, body: bytes, headers
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes a classified record
         rec.error, rec.detail = classify_exception(exc)
+        if rec.resent:  # the first send's fault comes first: a server that died mid-answer reads as such
+            rec.detail = f"sent again after the server disconnected before answering; then {rec.detail}"[:DETAIL_MAX]
     finally:
         if rec.end is None:
             rec.end = now() - t0

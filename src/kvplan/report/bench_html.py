@@ -12,6 +12,7 @@ import html
 from typing import Optional
 
 from . import bench_svg
+from .bench_common import requests_summary
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
@@ -130,7 +131,7 @@ def render_html(d: dict, engine: str = "auto") -> str:
     word = "PASSED" if v.get("passed") else ("PARTIAL" if d.get("partial") else "FAILED")
     req, rate, lag, thr = d["requests"], d["rate"], d["schedule_lag_s"], d["throughput"]
     rows = [("model", d.get("model")), ("started", d.get("started_at")), ("url", (d.get("config") or {}).get("url")),
-            ("mode", rate.get("mode")), ("requests", f"{req['total']:,} ({req['ok']:,} ok, {req['failed']:,} failed)"),
+            ("mode", rate.get("mode")), ("requests", requests_summary(req)),
             ("rate requested / achieved", f"{_num(rate.get('requested'))} / {_num(rate.get('achieved'))} req/s"),
             ("schedule lag p50 / p99", f"{_ms(lag.get('p50'))} / {_ms(lag.get('p99'))} ms"),
             ("client-bound", "yes: " + "; ".join(d.get("client_bound_reasons") or []) if d.get("client_bound") else "no"),

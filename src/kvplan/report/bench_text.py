@@ -11,6 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .bench_common import requests_summary
+
 
 def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x * 1e3:,.1f}"
@@ -60,8 +62,7 @@ def render_summary(d: dict, console: Optional[Console] = None) -> None:
     lag = d["schedule_lag_s"]
     head = Table.grid(padding=(0, 2))
     head.add_row("model", Text(str(d.get("model"))), "mode", str(rate.get("mode")))
-    resent = f", {req['resent']:,} sent again on a fresh connection" if req.get("resent") else ""
-    head.add_row("requests", f"{req['total']:,} ({req['ok']:,} ok, {req['failed']:,} failed{resent})",
+    head.add_row("requests", requests_summary(req),
                  "error rate", "-" if req.get("error_rate") is None else f"{req['error_rate']:.2%}")
     head.add_row("rate requested / achieved", f"{_num(rate.get('requested'))} / {_num(rate.get('achieved'))} req/s",
                  "schedule lag p50 / p99", f"{_ms(lag.get('p50'))} / {_ms(lag.get('p99'))} ms")
