@@ -25,7 +25,7 @@ def free_port() -> int:
 
 #: How often the head is started again when ``ray start`` exits before it answers: it takes free
 #: ports it picked itself (GCS, raylet, object manager) and a port another process took between
-#: the pick and the bind ends it at once; once, a fresh-clone CI run saw "ray start exited".
+#: the pick and the bind ends it at once.
 START_ATTEMPTS = 3
 
 

@@ -156,7 +156,7 @@ def test_watch_under_small_load(tiny_llama_server):
     assert first.up and first.kv_cache_usage is not None
     # completions of 160 tokens one after another (0.3-1 s each) until MIN_POLLS polls have come
     # back during the load, at most MAX_LOAD_REQUESTS: the 0.5 s polls fall inside them. (A fixed 8
-    # ran about 4 s on a CI host while one /metrics answer took 2.6 s: 4 polls, none saw a request.)
+    # can end within 4 polls on a 2-core host where one /metrics answer takes 2.6 s, measured.)
     stop = threading.Event()
     t = threading.Thread(target=_load, args=(tiny_llama_server.base_url, tiny_llama_server.served_model_name,
                                              MAX_LOAD_REQUESTS, 160, stop))

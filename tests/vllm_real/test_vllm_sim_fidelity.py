@@ -9,7 +9,7 @@ The bursts are built so that the scheduler's rules, not the clock, decide the an
 * ``waves`` (tolerance: stated in the test): three "blocker" requests (1,500-token prompts, identical, so their arrival order does
   not matter) fill 141 of the 159 usable blocks and grow to 156 (160 output tokens: the most that keeps
   them at 52 blocks each, so that the queue has as long as the cache allows to form behind them; with
-  120, 7 of 25 fresh-clone runs here skipped the test, its queue never formed); six more requests, sent one by one
+  120, the queue did not form in 7 of 25 runs on a 2-core host); six more requests, sent one by one
   while the blockers run (each once the server's gauges show the previous one queued), all need more
   blocks than are free (≥ 20 > 18), so they
   queue in send order however long a step takes; when the blockers finish, they are admitted as the
@@ -136,8 +136,8 @@ def run_burst(base_url: str, reqs: tuple[Req, ...], seed: int = 7000, timeout: f
     With ``together``, the burst's premise is that the server runs all of ``reqs`` at once: the
     coordinator watches the gauges for it and raises PremiseBroken when a request finishes first
     (a request that reaches the scheduler seconds late, after the others have grown into the
-    blocks it needs, waits for them instead of being admitted: a fresh-clone CI run saw 0
-    preemptions where 23 others saw 1).
+    blocks it needs, waits for them instead of being admitted: with the fourth identical request
+    sent 4 s late, vLLM preempted nothing).
     Bounded: len(reqs) <= 16 requests, ``timeout`` per stream, QUEUE_GATE_TIMEOUT_S per gate."""
     assert len(reqs) <= 16
     model = model_name(base_url)
